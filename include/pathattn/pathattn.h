@@ -1,0 +1,119 @@
+// pathattn: PaTH attention (softmax attention with a data-dependent product of Householder-like
+// position transforms, Yang et al. 2025), torch-free C++ API.
+//
+// Every tensor crosses this API as a plain view (pointer, dtype, device, sizes, strides in elements).
+// The caller allocates outputs (as FlashAttention's C++ API does); the library never allocates
+// user-visible memory. Errors in the arguments throw pathattn::Error whose message names the
+// argument and what was expected.
+//
+// Dimension vocabulary (used in every shape comment of the project):
+//   B  batch, T sequence length, H key/value heads, HQ query heads (a multiple of H),
+//   D  head dimension of q, k, w, DV head dimension of v and o, C chunk length.
+//
+// The math is in docs/math.md; equation numbers (Eq. n) in the sources refer to it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace pathattn {
+
+// Thrown for invalid arguments and unsupported cases. The message names the argument.
+class Error : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+enum class DType { f16, bf16, f32, f64, i32 };
+enum class Device { cpu, cuda };
+
+const char* dtype_name(DType t);
+std::size_t dtype_size(DType t);
+
+// A strided view of at most 4 dimensions. Strides are in elements, as torch's.
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  Device device = Device::cpu;
+  int device_index = 0;
+  int ndim = 0;
+  int64_t sizes[4] = {0, 0, 0, 0};
+  int64_t strides[4] = {0, 0, 0, 0};
+
+  // Optional tensors are absent when ndim == 0 (a default-constructed view).
+  bool defined() const { return ndim > 0; }
+  int64_t numel() const {
+    int64_t n = ndim > 0 ? 1 : 0;
+    for (int i = 0; i < ndim; ++i) n *= sizes[i];
+    return n;
+  }
+};
+
+// Builds a contiguous (row-major) view.
+TensorView make_view(void* data, DType dtype, std::initializer_list<int64_t> sizes,
+                     Device device = Device::cpu, int device_index = 0);
+
+// Which implementation runs the op.
+enum class Backend {
+  automatic,  // cuda for CUDA tensors, the fast CPU path for CPU f32, the reference for f64
+  reference,  // src/ref: the recurrence of SPEC section 1, O(T^2 D) time, O(T^2 D) memory in backward
+  cpu,        // src/cpu: the chunked algorithm, f32
+  cuda,       // src/cuda: Hopper kernels
+};
+const char* backend_name(Backend b);
+
+// Inputs of the op. Optional tensors are absent when they are default-constructed (ndim == 0).
+struct Inputs {
+  TensorView q;           // [B, T, HQ, D]
+  TensorView k;           // [B, T, H, D]
+  TensorView v;           // [B, T, H, DV]
+  TensorView w;           // [B, T, H, D]   unit norm (not renormalised here)
+  TensorView beta;        // [B, T, H]      in [0, 2]
+  TensorView g;           // [B, T, HQ]     optional log forget gate (<= 0); absent: PaTH, present: PaTH-FoX
+  TensorView cu_seqlens;  // [N + 1] int32  optional packed varlen batch, requires B == 1
+  std::optional<double> scale;  // default D^-0.5
+};
+
+struct ForwardOutputs {
+  TensorView o;       // [B, T, HQ, DV]
+  TensorView lse;     // [B, T, HQ] f32, natural log
+  TensorView kcache;  // [B, T, H, D] optional: every key carried to the end of its sequence (SPEC 4)
+};
+
+struct Gradients {
+  TensorView dq;     // [B, T, HQ, D]
+  TensorView dk;     // [B, T, H, D]
+  TensorView dv;     // [B, T, H, DV]
+  TensorView dw;     // [B, T, H, D]
+  TensorView dbeta;  // [B, T, H]
+  TensorView dg;     // [B, T, HQ]   required iff inputs.g is present
+};
+
+// Answer of supports(): ok, or the reason a case is not supported by a backend.
+struct Support {
+  bool ok = true;
+  std::string reason;
+  explicit operator bool() const { return ok; }
+};
+
+// Checks shapes, dtypes, devices and ranges (see docs/api.md); throws Error naming the argument.
+// Value checks (NaN or out-of-range beta, cu_seqlens order) read memory and run for CPU tensors only.
+void check_inputs(const Inputs& in);
+
+// Whether `backend` can run this case, and if not, why (dtype, head dimension, device...).
+Support supports(const Inputs& in, Backend backend, bool backward = false);
+
+// o, lse (and kcache if given) for the inputs. Throws Error on bad input or unsupported case.
+void forward(const Inputs& in, const ForwardOutputs& out, Backend backend = Backend::automatic);
+
+// Gradients given the forward's o and lse and the output gradient do [B, T, HQ, DV].
+void backward(const Inputs& in, const TensorView& o, const TensorView& lse, const TensorView& dout,
+              const Gradients& grads, Backend backend = Backend::automatic);
+
+// Sets the number of threads the CPU paths use (0: all cores). Returns the previous value.
+int set_num_threads(int n);
+int num_threads();
+
+}  // namespace pathattn

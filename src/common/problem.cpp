@@ -1,0 +1,240 @@
+// Argument validation at the API boundary: every message names the argument and what was expected.
+#include "common/problem.h"
+
+#include <cmath>
+#include <sstream>
+
+
+namespace pathattn {
+namespace {
+
+std::string shape_str(const TensorView& t) {
+  std::ostringstream s;
+  s << "[";
+  for (int i = 0; i < t.ndim; ++i) s << (i ? ", " : "") << t.sizes[i];
+  s << "]";
+  return s.str();
+}
+
+std::string shape_str(std::initializer_list<int64_t> sizes) {
+  std::ostringstream s;
+  s << "[";
+  int i = 0;
+  for (int64_t x : sizes) s << (i++ ? ", " : "") << x;
+  s << "]";
+  return s.str();
+}
+
+[[noreturn]] void fail(const std::string& msg) { throw Error("pathattn: " + msg); }
+
+void check_shape(const TensorView& t, const char* name, const char* layout, std::initializer_list<int64_t> sizes) {
+  bool ok = t.ndim == static_cast<int>(sizes.size());
+  int i = 0;
+  for (int64_t x : sizes) ok = ok && t.sizes[i++] == x;
+  if (!ok)
+    fail(std::string(name) + " must have shape " + layout + " = " + shape_str(sizes) + ", got " + shape_str(t));
+}
+
+void check_same_device(const TensorView& t, const char* name, const TensorView& q) {
+  if (t.device != q.device || t.device_index != q.device_index)
+    fail(std::string(name) + " must be on the same device as q (" + (q.device == Device::cuda ? "cuda" : "cpu") +
+         ":" + std::to_string(q.device_index) + "), got " + (t.device == Device::cuda ? "cuda" : "cpu") + ":" +
+         std::to_string(t.device_index));
+}
+
+void check_dtype(const TensorView& t, const char* name, std::initializer_list<DType> allowed) {
+  for (DType d : allowed)
+    if (t.dtype == d) return;
+  std::string list;
+  for (DType d : allowed) list += std::string(list.empty() ? "" : " or ") + dtype_name(d);
+  fail(std::string(name) + " must have dtype " + list + ", got " + dtype_name(t.dtype));
+}
+
+void check_pointer(const TensorView& t, const char* name) {
+  if (t.data == nullptr && t.numel() > 0) fail(std::string(name) + " has a null data pointer");
+}
+
+// Reads every value of a [B, T, X] CPU view (f32 or f64) and checks lo <= x <= hi, not NaN.
+void check_range(const TensorView& t, const char* name, double lo, double hi, const char* expected) {
+  for (int64_t b = 0; b < t.sizes[0]; ++b)
+    for (int64_t i = 0; i < t.sizes[1]; ++i)
+      for (int64_t h = 0; h < t.sizes[2]; ++h) {
+        double x = load(t, offset(t, b, i, h));
+        if (!(x >= lo && x <= hi)) {
+          std::ostringstream s;
+          s << name << " must be " << expected << ", got " << x << " at [" << b << ", " << i << ", " << h << "]";
+          fail(s.str());
+        }
+      }
+}
+
+}  // namespace
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::f16: return "float16";
+    case DType::bf16: return "bfloat16";
+    case DType::f32: return "float32";
+    case DType::f64: return "float64";
+    case DType::i32: return "int32";
+  }
+  return "?";
+}
+
+std::size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f16:
+    case DType::bf16: return 2;
+    case DType::f32:
+    case DType::i32: return 4;
+    case DType::f64: return 8;
+  }
+  return 0;
+}
+
+const char* backend_name(Backend b) {
+  switch (b) {
+    case Backend::automatic: return "automatic";
+    case Backend::reference: return "reference";
+    case Backend::cpu: return "cpu";
+    case Backend::cuda: return "cuda";
+  }
+  return "?";
+}
+
+TensorView make_view(void* data, DType dtype, std::initializer_list<int64_t> sizes, Device device, int device_index) {
+  TensorView t;
+  t.data = data;
+  t.dtype = dtype;
+  t.device = device;
+  t.device_index = device_index;
+  t.ndim = static_cast<int>(sizes.size());
+  if (t.ndim < 1 || t.ndim > 4) throw Error("pathattn: make_view takes 1 to 4 sizes");
+  int i = 0;
+  for (int64_t x : sizes) t.sizes[i++] = x;
+  int64_t stride = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    t.strides[d] = stride;
+    stride *= t.sizes[d];
+  }
+  return t;
+}
+
+Problem make_problem(const Inputs& in, bool check_values) {
+  const TensorView& q = in.q;
+  if (q.ndim != 4) fail("q must have 4 dimensions [B, T, HQ, D], got " + std::to_string(q.ndim) + " " + shape_str(q));
+  for (auto [t, name] : {std::pair{&in.k, "k"}, {&in.v, "v"}, {&in.w, "w"}})
+    if (t->ndim != 4)
+      fail(std::string(name) + " must have 4 dimensions [B, T, H, " + (t == &in.v ? "DV" : "D") + "], got " +
+           std::to_string(t->ndim) + " " + shape_str(*t));
+  if (in.beta.ndim != 3) fail("beta must have 3 dimensions [B, T, H], got " + shape_str(in.beta));
+
+  Problem p;
+  p.B = q.sizes[0];
+  p.T = q.sizes[1];
+  p.HQ = q.sizes[2];
+  p.D = q.sizes[3];
+  p.H = in.k.sizes[2];
+  p.DV = in.v.sizes[3];
+  p.device = q.device;
+  p.dtype = q.dtype;
+  p.has_gate = in.g.defined();
+  p.varlen = in.cu_seqlens.defined();
+  if (p.D < 1) fail("q's head dimension D must be at least 1, got " + std::to_string(p.D));
+  if (p.DV < 1) fail("v's head dimension DV must be at least 1, got " + std::to_string(p.DV));
+  if (p.H < 1) fail("k must have at least one head, got H = " + std::to_string(p.H));
+  if (p.HQ % p.H != 0)
+    fail("the number of query heads HQ = " + std::to_string(p.HQ) + " (q.size(2)) must be a multiple of the number of " +
+         "kv heads H = " + std::to_string(p.H) + " (k.size(2))");
+  p.group = p.HQ / p.H;
+
+  check_shape(in.k, "k", "[B, T, H, D]", {p.B, p.T, p.H, p.D});
+  check_shape(in.v, "v", "[B, T, H, DV]", {p.B, p.T, p.H, p.DV});
+  check_shape(in.w, "w", "[B, T, H, D]", {p.B, p.T, p.H, p.D});
+  check_shape(in.beta, "beta", "[B, T, H]", {p.B, p.T, p.H});
+  if (p.has_gate) check_shape(in.g, "g", "[B, T, HQ]", {p.B, p.T, p.HQ});
+
+  for (auto [t, name] : {std::pair{&in.k, "k"}, {&in.v, "v"}, {&in.w, "w"}, {&in.beta, "beta"}})
+    check_same_device(*t, name, q);
+  if (p.has_gate) check_same_device(in.g, "g", q);
+  if (p.varlen) check_same_device(in.cu_seqlens, "cu_seqlens", q);
+
+  if (q.device == Device::cpu) {
+    // CPU: one floating dtype for every input: f32 (fast path) or f64 (references, gradcheck).
+    check_dtype(q, "q", {DType::f32, DType::f64});
+    const char* names[] = {"k", "v", "w", "beta", "g"};
+    const TensorView* ts[] = {&in.k, &in.v, &in.w, &in.beta, &in.g};
+    for (int i = 0; i < 5; ++i) {
+      if (!ts[i]->defined()) continue;
+      if (ts[i]->dtype != q.dtype)
+        fail(std::string(names[i]) + " must have the dtype of q (" + dtype_name(q.dtype) + ") on the CPU, got " +
+             dtype_name(ts[i]->dtype));
+    }
+  } else {
+    // CUDA: q, k, v in bf16 or f16 (tensor-core operands); w f32 or bf16; beta, g f32 (SPEC 2, 6).
+    check_dtype(q, "q", {DType::bf16, DType::f16});
+    if (in.k.dtype != q.dtype) fail(std::string("k must have the dtype of q (") + dtype_name(q.dtype) + "), got " + dtype_name(in.k.dtype));
+    if (in.v.dtype != q.dtype) fail(std::string("v must have the dtype of q (") + dtype_name(q.dtype) + "), got " + dtype_name(in.v.dtype));
+    check_dtype(in.w, "w", {DType::f32, DType::bf16});
+    check_dtype(in.beta, "beta", {DType::f32});
+    if (p.has_gate) check_dtype(in.g, "g", {DType::f32});
+  }
+  for (auto [t, name] : {std::pair{&in.q, "q"}, {&in.k, "k"}, {&in.v, "v"}, {&in.w, "w"}, {&in.beta, "beta"}})
+    check_pointer(*t, name);
+  if (p.has_gate) check_pointer(in.g, "g");
+
+  if (in.scale) {
+    if (!std::isfinite(*in.scale) || *in.scale <= 0)
+      fail("scale must be a finite positive number, got " + std::to_string(*in.scale));
+    p.scale = *in.scale;
+  } else {
+    p.scale = 1.0 / std::sqrt(static_cast<double>(p.D));
+  }
+
+  if (p.varlen) {
+    const TensorView& cu = in.cu_seqlens;
+    if (cu.ndim != 1 || cu.sizes[0] < 2)
+      fail("cu_seqlens must be a 1-D tensor [N + 1] with N >= 1, got shape " + shape_str(cu));
+    check_dtype(cu, "cu_seqlens", {DType::i32});
+    check_pointer(cu, "cu_seqlens");
+    if (p.B != 1) fail("cu_seqlens (packed varlen batch) requires B == 1, got B = " + std::to_string(p.B));
+    if (cu.device == Device::cpu) {
+      const int32_t* c = static_cast<const int32_t*>(cu.data);
+      const int64_t n = cu.sizes[0] - 1;
+      auto at = [&](int64_t i) { return static_cast<int64_t>(c[i * cu.strides[0]]); };
+      if (at(0) != 0) fail("cu_seqlens[0] must be 0, got " + std::to_string(at(0)));
+      for (int64_t i = 0; i < n; ++i) {
+        if (at(i + 1) < at(i))
+          fail("cu_seqlens must be non-decreasing, got cu_seqlens[" + std::to_string(i + 1) + "] = " +
+               std::to_string(at(i + 1)) + " < cu_seqlens[" + std::to_string(i) + "] = " + std::to_string(at(i)));
+        if (at(i + 1) > at(i)) p.segments.push_back({0, at(i), at(i + 1) - at(i)});
+      }
+      if (at(n) != p.T)
+        fail("cu_seqlens[-1] must equal the packed length T = " + std::to_string(p.T) + ", got " + std::to_string(at(n)));
+    }
+  } else {
+    for (int64_t b = 0; b < p.B; ++b)
+      if (p.T > 0) p.segments.push_back({b, 0, p.T});
+  }
+
+  if (check_values && q.device == Device::cpu) {
+    check_range(in.beta, "beta", 0.0, 2.0, "in [0, 2] (not NaN)");
+    if (p.has_gate) check_range(in.g, "g", -INFINITY, 0.0, "a log forget gate <= 0 (not NaN)");
+  }
+  return p;
+}
+
+void check_output(const TensorView& t, const char* name, std::initializer_list<int64_t> sizes, DType dtype,
+                  const Problem& p) {
+  if (!t.defined()) fail(std::string(name) + " (output) is required but was not given");
+  bool ok = t.ndim == static_cast<int>(sizes.size());
+  int i = 0;
+  for (int64_t x : sizes) ok = ok && t.sizes[i++] == x;
+  if (!ok) fail(std::string(name) + " (output) must have shape " + shape_str(sizes) + ", got " + shape_str(t));
+  if (t.dtype != dtype)
+    fail(std::string(name) + " (output) must have dtype " + dtype_name(dtype) + ", got " + dtype_name(t.dtype));
+  if (t.device != p.device) fail(std::string(name) + " (output) must be on the device of q");
+  check_pointer(t, name);
+}
+
+}  // namespace pathattn

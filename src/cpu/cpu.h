@@ -1,0 +1,15 @@
+// The fast CPU path: the chunked algorithm of docs/math.md (Eq. 10-17 forward, Eq. 18-30 backward),
+// float32, threaded over sequences, heads and chunks. Extra memory is linear in T.
+#pragma once
+
+#include "common/problem.h"
+
+namespace pathattn::cpu {
+
+constexpr int64_t kMaxHeadDim = 256;
+
+void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out);
+void backward(const Problem& p, const Inputs& in, const TensorView& o, const TensorView& lse, const TensorView& dout,
+              const Gradients& grads);
+
+}  // namespace pathattn::cpu

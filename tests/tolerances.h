@@ -1,0 +1,28 @@
+// Every tolerance of the test suite, with the reason for each (SPEC section 6).
+#pragma once
+
+namespace pathattn::test::tol {
+
+// f64 reference against the explicit D x D product: both are f64 with O(T D) rounding steps of 1e-16.
+constexpr double kRefVsBruteForce = 1e-12;
+
+// Central finite differences in f64 with step h = 1e-6: truncation O(h^2) ~ 1e-12 plus cancellation
+// O(eps / h) ~ 1e-10 relative to the loss; 1e-6 relative leaves a margin of 1e4 and still fails any real
+// error in a derivative (a wrong term is O(1) relative).
+constexpr double kFiniteDifference = 1e-6;
+constexpr double kFiniteDifferenceStep = 1e-6;
+// ...plus an absolute floor for gradients that are themselves tiny (dw with beta near 0 is O(beta)): the
+// cancellation noise of a difference quotient is about eps |loss| / h ~ 1e-10 per element, so 1e-8 over the
+// whole tensor (L2) is noise, while a wrong term of a gradient of size 1e-3 is 1e5 times larger.
+constexpr double kFiniteDifferenceAbs = 1e-8;
+
+// f32 CPU paths against the f64 reference: f32 carries 6e-8 relative per operation; the chunked path's
+// longest dependency chains (T / C chunk products, sums over T keys) stay far below 1e-4 (SPEC 6).
+constexpr double kF32VsF64 = 1e-4;
+
+// Low precision (bf16/f16 tensor-core operands) against the f64 reference: FlashAttention's rule, the error
+// must be at most this factor times the error of the same math done plainly in that precision, plus kAbs.
+constexpr double kLowPrecisionFactor = 2.0;
+constexpr double kLowPrecisionAbs = 1e-3;
+
+}  // namespace pathattn::test::tol
