@@ -1,0 +1,144 @@
+// The op schemas and their one implementation, registered for CPU and (when the core has CUDA) for CUDA:
+// allocate outputs with torch, call pathattn::forward / backward, which dispatch on the device themselves.
+#include <torch/library.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/DeviceGuard.h>
+
+#include "pathattn_ops.h"
+
+namespace pathattn::torch_ops {
+namespace {
+
+using at::Tensor;
+
+// Runs fn, turning the core's errors (pathattn::Error, or any std::exception such as CUDA's "not implemented
+// yet") into c10::Error, which Python sees as RuntimeError with the core's message (it names the argument).
+template <typename Fn>
+auto translate_errors(Fn&& fn) {
+  try {
+    return fn();
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, e.what());
+  }
+}
+
+Inputs make_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& beta,
+                   const opt<Tensor>& g, opt<double> scale, const opt<Tensor>& cu_seqlens) {
+  Inputs in;
+  in.q = to_view(q, "q");
+  in.k = to_view(k, "k");
+  in.v = to_view(v, "v");
+  in.w = to_view(w, "w");
+  in.beta = to_view(beta, "beta");
+  in.g = to_view(g, "g");
+  in.cu_seqlens = to_view(cu_seqlens, "cu_seqlens");
+  if (scale.has_value()) in.scale = *scale;
+  return in;
+}
+
+// The kernels run on the device of q (cudaSetDevice), as torch's own ops do; nothing for CPU tensors.
+opt<c10::Device> kernel_device(const Tensor& q) { return q.is_cuda() ? opt<c10::Device>(q.device()) : opt<c10::Device>(); }
+
+// lse is f32 except in the f64 reference (gradcheck), as the core expects.
+at::ScalarType lse_dtype(const Tensor& q) { return q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
+
+std::tuple<Tensor, Tensor, Tensor> fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w,
+                                       const Tensor& beta, const opt<Tensor>& g, opt<double> scale,
+                                       const opt<Tensor>& cu_seqlens, bool return_kcache) {
+  return translate_errors([&] {
+    const Inputs in = make_inputs(q, k, v, w, beta, g, scale, cu_seqlens);
+    // Shape validation first (throws naming the argument), so that the sizes read below exist.
+    supports(in, Backend::automatic);
+    const c10::OptionalDeviceGuard guard(kernel_device(q));
+    const int64_t B = q.size(0), T = q.size(1), HQ = q.size(2), DV = v.size(3);
+    Tensor o = at::empty({B, T, HQ, DV}, v.options());                          // [B, T, HQ, DV]
+    Tensor lse = at::empty({B, T, HQ}, q.options().dtype(lse_dtype(q)));       // [B, T, HQ]
+    Tensor kcache = return_kcache ? at::empty(k.sizes(), k.options())          // [B, T, H, D]
+                                  : at::empty({0}, k.options());
+    ForwardOutputs out;
+    out.o = to_view(o, "o");
+    out.lse = to_view(lse, "lse");
+    if (return_kcache) out.kcache = to_view(kcache, "kcache");
+    forward(in, out, Backend::automatic);
+    return std::make_tuple(o, lse, kcache);
+  });
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> bwd(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                               const Tensor& w, const Tensor& beta,
+                                                               const opt<Tensor>& g, opt<double> scale,
+                                                               const opt<Tensor>& cu_seqlens, const Tensor& o,
+                                                               const Tensor& lse, const Tensor& dout) {
+  return translate_errors([&] {
+    const Inputs in = make_inputs(q, k, v, w, beta, g, scale, cu_seqlens);
+    supports(in, Backend::automatic, true);
+    const c10::OptionalDeviceGuard guard(kernel_device(q));
+    const bool gated = in.g.defined();
+    // Outputs get the layout [B, T, ., .] of their inputs' shapes, contiguous, whatever the inputs' strides.
+    Tensor dq = at::empty(q.sizes(), q.options());
+    Tensor dk = at::empty(k.sizes(), k.options());
+    Tensor dv = at::empty(v.sizes(), v.options());
+    Tensor dw = at::empty(w.sizes(), w.options());
+    Tensor dbeta = at::empty(beta.sizes(), beta.options());
+    Tensor dg = gated ? at::empty(g->sizes(), g->options()) : at::empty({0}, q.options());
+    Gradients gr;
+    gr.dq = to_view(dq, "dq");
+    gr.dk = to_view(dk, "dk");
+    gr.dv = to_view(dv, "dv");
+    gr.dw = to_view(dw, "dw");
+    gr.dbeta = to_view(dbeta, "dbeta");
+    if (gated) gr.dg = to_view(dg, "dg");
+    // Autograd may hand an expanded (stride 0) or otherwise strided gradient; kernels want it dense.
+    const Tensor dout_c = dout.contiguous();
+    backward(in, to_view(o, "o"), to_view(lse, "lse"), to_view(dout_c, "do"), gr, Backend::automatic);
+    return std::make_tuple(dq, dk, dv, dw, dbeta, dg);
+  });
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor, Tensor> call_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w,
+                                            const Tensor& beta, const opt<Tensor>& g, opt<double> scale,
+                                            const opt<Tensor>& cu_seqlens, bool return_kcache) {
+  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("pathattn::fwd", "").typed<decltype(fwd)>();
+  return op.call(q, k, v, w, beta, g, scale, cu_seqlens, return_kcache);
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> call_bwd(const Tensor& q, const Tensor& k,
+                                                                    const Tensor& v, const Tensor& w,
+                                                                    const Tensor& beta, const opt<Tensor>& g,
+                                                                    opt<double> scale,
+                                                                    const opt<Tensor>& cu_seqlens,
+                                                                    const Tensor& o, const Tensor& lse,
+                                                                    const Tensor& dout) {
+  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("pathattn::bwd", "").typed<decltype(bwd)>();
+  return op.call(q, k, v, w, beta, g, scale, cu_seqlens, o, lse, dout);
+}
+
+}  // namespace pathattn::torch_ops
+
+TORCH_LIBRARY(pathattn, m) {
+  m.def(
+      "fwd(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, float? scale, Tensor? cu_seqlens, "
+      "bool return_kcache) -> (Tensor o, Tensor lse, Tensor kcache)");
+  m.def(
+      "bwd(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, float? scale, Tensor? cu_seqlens, "
+      "Tensor o, Tensor lse, Tensor do) -> (Tensor dq, Tensor dk, Tensor dv, Tensor dw, Tensor dbeta, Tensor dg)");
+}
+
+TORCH_LIBRARY_IMPL(pathattn, CPU, m) {
+  m.impl("fwd", TORCH_FN(pathattn::torch_ops::fwd));
+  m.impl("bwd", TORCH_FN(pathattn::torch_ops::bwd));
+}
+
+// The core dispatches on the tensors' device, so CUDA registers the same functions; without CUDA in the
+// core there is nothing to register (the op then reports CUDA tensors as unsupported by the dispatcher).
+#ifdef PATHATTN_WITH_CUDA
+TORCH_LIBRARY_IMPL(pathattn, CUDA, m) {
+  m.impl("fwd", TORCH_FN(pathattn::torch_ops::fwd));
+  m.impl("bwd", TORCH_FN(pathattn::torch_ops::bwd));
+}
+#endif

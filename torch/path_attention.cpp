@@ -1,0 +1,72 @@
+// Autograd over the two ops: the forward saves the inputs, o and lse (O(T) memory, never a T x T matrix);
+// the backward calls pathattn::bwd. Gradients for q, k, v, w, beta, g; none for scale, cu_seqlens, the flag.
+#include "pathattn_torch.h"
+
+#include <torch/autograd.h>
+
+#include "pathattn_ops.h"
+
+namespace pathattn {
+namespace {
+
+using at::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+using torch_ops::opt;
+
+opt<Tensor> to_opt(const Tensor& t) { return t.defined() ? opt<Tensor>(t) : opt<Tensor>(); }
+opt<Tensor> to_opt(const std::optional<Tensor>& t) { return t.has_value() ? to_opt(*t) : opt<Tensor>(); }
+opt<double> to_opt_scale(std::optional<double> s) { return s.has_value() ? opt<double>(*s) : opt<double>(); }
+
+struct PathAttentionFunction : torch::autograd::Function<PathAttentionFunction> {
+  // Optional tensors travel as optionals: autograd counts an absent one as a non-tensor input (an undefined
+  // Tensor would make torch 1.13's Function::apply fail).
+  static variable_list forward(AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                               const Tensor& w, const Tensor& beta, const opt<Tensor>& g, opt<double> scale,
+                               const opt<Tensor>& cu_seqlens, bool with_kcache) {
+    auto [o, lse, kcache] = torch_ops::call_fwd(q, k, v, w, beta, g, scale, cu_seqlens, with_kcache);
+    // Absent optionals are saved as undefined tensors.
+    ctx->save_for_backward({q, k, v, w, beta, g.value_or(Tensor()), cu_seqlens.value_or(Tensor()), o, lse});
+    ctx->saved_data["scale"] = scale;  // None: the default D^-0.5
+    ctx->mark_non_differentiable({kcache});
+    // Unused outputs then give undefined gradients instead of zero tensors we would have to inspect.
+    ctx->set_materialize_grads(false);
+    return {o, lse, kcache};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list s = ctx->get_saved_variables();
+    const Tensor &q = s[0], &k = s[1], &v = s[2], &w = s[3], &beta = s[4], &g = s[5], &cu = s[6], &o = s[7],
+                 &lse = s[8];
+    const c10::IValue& scale = ctx->saved_data["scale"];
+    const opt<double> sc = scale.isNone() ? opt<double>() : opt<double>(scale.toDouble());
+    // d lse / d logits would need delta_i - dlse_i inside the kernels, which the core's API does not take:
+    // refuse a real lse gradient loudly rather than dropping it (zeros, e.g. 0 * lse.sum(), are fine).
+    TORCH_CHECK(!grads[1].defined() || !grads[1].any().item<bool>(),
+                "pathattn: backward through lse is not supported (only o is differentiable); detach lse before "
+                "using it in a loss");
+    const Tensor dout = grads[0].defined() ? grads[0] : at::zeros_like(o);  // [B, T, HQ, DV]
+    auto [dq, dk, dv, dw, dbeta, dg] =
+        torch_ops::call_bwd(q, k, v, w, beta, to_opt(g), sc, to_opt(cu), o, lse, dout);
+    return {dq, dk, dv, dw, dbeta, g.defined() ? dg : Tensor(), Tensor(), Tensor(), Tensor()};
+  }
+};
+
+}  // namespace
+
+PathAttentionOutput path_attention_ex(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w,
+                                      const Tensor& beta, const std::optional<Tensor>& g,
+                                      std::optional<double> scale, const std::optional<Tensor>& cu_seqlens,
+                                      bool with_kcache) {
+  variable_list r = PathAttentionFunction::apply(q, k, v, w, beta, to_opt(g), to_opt_scale(scale),
+                                                  to_opt(cu_seqlens), with_kcache);
+  return {r[0], r[1], with_kcache ? r[2] : Tensor()};
+}
+
+Tensor path_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& beta,
+                      const std::optional<Tensor>& g, std::optional<double> scale,
+                      const std::optional<Tensor>& cu_seqlens) {
+  return path_attention_ex(q, k, v, w, beta, g, scale, cu_seqlens, false).o;
+}
+
+}  // namespace pathattn

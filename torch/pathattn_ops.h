@@ -1,0 +1,29 @@
+// The two registered ops, called through the dispatcher (so CUDA tensors reach the CUDA registration).
+// Schemas (torch/ops.cpp):
+//   pathattn::fwd(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, float? scale,
+//                 Tensor? cu_seqlens, bool return_kcache) -> (Tensor o, Tensor lse, Tensor kcache)
+//   pathattn::bwd(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, float? scale,
+//                 Tensor? cu_seqlens, Tensor o, Tensor lse, Tensor do)
+//                 -> (Tensor dq, Tensor dk, Tensor dv, Tensor dw, Tensor dbeta, Tensor dg)
+// Absent outputs (kcache when not asked for, dg without a gate) are empty tensors of shape [0]: an op's
+// Tensor result cannot be None.
+#pragma once
+
+#include <tuple>
+
+#include "views.h"
+
+namespace pathattn::torch_ops {
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> call_fwd(const at::Tensor& q, const at::Tensor& k,
+                                                        const at::Tensor& v, const at::Tensor& w,
+                                                        const at::Tensor& beta, const opt<at::Tensor>& g,
+                                                        opt<double> scale, const opt<at::Tensor>& cu_seqlens,
+                                                        bool return_kcache);
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> call_bwd(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& w, const at::Tensor& beta,
+    const opt<at::Tensor>& g, opt<double> scale, const opt<at::Tensor>& cu_seqlens, const at::Tensor& o,
+    const at::Tensor& lse, const at::Tensor& dout);
+
+}  // namespace pathattn::torch_ops

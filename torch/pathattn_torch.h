@@ -1,0 +1,34 @@
+// PaTH attention for libtorch C++ code: differentiable entry points over the pathattn::fwd / pathattn::bwd ops.
+// Link the CMake target pathattn_torch. Shapes (SPEC 2; B batch, T length, HQ query heads, H kv heads, D, DV):
+//   q [B, T, HQ, D], k and w [B, T, H, D], v [B, T, H, DV], beta [B, T, H] in [0, 2], g [B, T, HQ] (log forget
+//   gate <= 0, optional), cu_seqlens [N + 1] int32 with B == 1 (packed variable-length batch, optional).
+// dtypes: CPU float32 (float64 runs the reference, for gradcheck); CUDA bfloat16/float16 q, k, v with f32 beta, g.
+// Errors arrive as c10::Error whose message names the argument and what was expected.
+#pragma once
+
+#include <torch/types.h>
+
+#include <optional>
+
+namespace pathattn {
+
+// o [B, T, HQ, DV], differentiable in q, k, v, w, beta, g. scale defaults to D^-0.5 (the gate is not scaled).
+torch::Tensor path_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             const torch::Tensor& w, const torch::Tensor& beta,
+                             const std::optional<torch::Tensor>& g = std::nullopt,
+                             std::optional<double> scale = std::nullopt,
+                             const std::optional<torch::Tensor>& cu_seqlens = std::nullopt);
+
+struct PathAttentionOutput {
+  torch::Tensor o;       // [B, T, HQ, DV], differentiable
+  torch::Tensor lse;     // [B, T, HQ] f32 natural-log normaliser; backward through it is not supported (error)
+  torch::Tensor kcache;  // [B, T, H, D] keys carried to the end of their sequence (SPEC 4), no gradient;
+                         // undefined unless with_kcache
+};
+
+PathAttentionOutput path_attention_ex(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                      const torch::Tensor& w, const torch::Tensor& beta,
+                                      const std::optional<torch::Tensor>& g, std::optional<double> scale,
+                                      const std::optional<torch::Tensor>& cu_seqlens, bool with_kcache);
+
+}  // namespace pathattn
