@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -44,6 +45,9 @@ struct Spec {
     return s;
   }
 };
+
+// gtest prints a failing case's parameter with this (instead of its bytes).
+inline void PrintTo(const Spec& s, std::ostream* os) { *os << s.name() << "_seed" << s.seed; }
 
 // Contiguous f64 master copy of a problem's inputs, drawn from the spec.
 struct Problem64 {

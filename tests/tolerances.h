@@ -20,6 +20,17 @@ constexpr double kFiniteDifferenceAbs = 1e-8;
 // longest dependency chains (T / C chunk products, sums over T keys) stay far below 1e-4 (SPEC 6).
 constexpr double kF32VsF64 = 1e-4;
 
+// ...except for a gradient that is exactly zero in exact arithmetic, where a relative error means nothing: with
+// every sequence of length 1 the softmax has one key, o = v and dl = dO.v - dO.o = 0, so dq = dk = dg = 0. f32
+// computes dl as the difference of two equal dot products of size |dO| |v| ~ sqrt(DV) and leaves about
+// eps * sqrt(DV) ~ 1e-6 per element (measured: up to 4e-7); a real error there is O(1). Max abs per element.
+constexpr double kF32ExactZeroAbs = 1e-5;
+
+// The CPU path with 1 thread against 2 threads: only the order of f32 sums may change (a reduction split over
+// threads), which moves a result by a few eps * sqrt(terms) ~ 1e-6 relative at T ~ 1000; a race or a missed
+// or doubled contribution is O(1e-2) or more.
+constexpr double kThreadCountRounding = 1e-5;
+
 // Low precision (bf16/f16 tensor-core operands) against the f64 reference: FlashAttention's rule, the error
 // must be at most this factor times the error of the same math done plainly in that precision, plus kAbs.
 constexpr double kLowPrecisionFactor = 2.0;
