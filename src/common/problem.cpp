@@ -2,6 +2,7 @@
 #include "common/problem.h"
 
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 
@@ -219,7 +220,8 @@ Problem make_problem(const Inputs& in, bool check_values) {
 
   if (check_values && q.device == Device::cpu) {
     check_range(in.beta, "beta", 0.0, 2.0, "in [0, 2] (not NaN)");
-    if (p.has_gate) check_range(in.g, "g", -INFINITY, 0.0, "a log forget gate <= 0 (not NaN)");
+    if (p.has_gate) check_range(in.g, "g", -std::numeric_limits<double>::max(), 0.0,
+                               "a finite log forget gate <= 0 (not NaN or -inf: G_i - G_j would be NaN)");
   }
   return p;
 }
