@@ -1,0 +1,176 @@
+// Question: how fast is our CUDA forward at the issue's shapes, against the FLOP ceiling?
+// Times pathattn::forward (Backend::cuda, bf16, no gate, no kcache) with CUDA events: warm-up, then the median of
+// many runs, rotating between input sets so that no run finds its inputs in L2 from the previous one.
+// Prints ms, TFLOP/s by FlashAttention's count (4 B HQ D T^2 / 2, causal) and by PaTH's count (twice that: two
+// more C x C x D products per key chunk, docs/math.md Eq. 16), and % of 790 TFLOP/s (dense bf16 measured on
+// this H200, docs/perf/notes.md). Writes the rows as CSV for bench/cuda/baselines.py.
+//
+//   bench_fwd [--csv FILE] [--iters N] [--only D]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "pathattn/pathattn.h"
+
+#define CHECK(call)                                                                                   \
+  do {                                                                                                \
+    cudaError_t e_ = (call);                                                                          \
+    if (e_ != cudaSuccess) {                                                                          \
+      std::fprintf(stderr, "%s failed: %s at %s:%d\n", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
+      std::exit(1);                                                                                   \
+    }                                                                                                 \
+  } while (0)
+
+namespace {
+
+constexpr double kPeakTflops = 790.0;  // bf16 dense, measured on this H200 model (KINDS.md: 769-798)
+
+__device__ float hash_normal(uint64_t i, uint64_t seed) {
+  // Two uniform draws from a 64-bit mix, Box-Muller: cheap, deterministic, good enough for timing inputs.
+  auto mix = [](uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+  };
+  const uint64_t a = mix(i * 2 + seed * 0x9E3779B97F4A7C15ULL), b = mix(i * 2 + 1 + seed * 0x9E3779B97F4A7C15ULL);
+  const float u1 = ((a >> 40) + 1.0f) / 16777217.0f, u2 = (b >> 40) / 16777216.0f;
+  return sqrtf(-2.f * logf(u1)) * cospif(2.f * u2);
+}
+
+__global__ void fill_bf16(__nv_bfloat16* x, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    x[i] = __float2bfloat16(hash_normal(i, seed));
+}
+// Unit-norm rows of D (one warp per row).
+__global__ void fill_w(float* w, int64_t rows, int D, uint64_t seed) {
+  const int64_t r = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
+  if (r >= rows) return;
+  const int lane = threadIdx.x % 32;
+  float ss = 0;
+  for (int d = lane; d < D; d += 32) {
+    const float x = hash_normal(r * D + d, seed);
+    w[r * D + d] = x;
+    ss += x * x;
+  }
+  for (int o = 16; o; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  for (int d = lane; d < D; d += 32) w[r * D + d] *= rsqrtf(ss);
+}
+// beta = 2 sigmoid(x): the layer's distribution (SPEC 5), spread over (0, 2).
+__global__ void fill_beta(float* b, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    b[i] = 2.f / (1.f + expf(-hash_normal(i, seed)));
+}
+
+struct Inputs4 {
+  void *q, *k, *v;
+  float *w, *beta;
+};
+
+struct Shape {
+  int B, T, H, D;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string csv;
+  int iters = 20, only_d = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
+    else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only_d = std::atoi(argv[++i]);
+  }
+  std::vector<Shape> shapes;
+  for (auto [H, D] : {std::pair{32, 64}, {16, 128}})
+    for (auto [B, T] : {std::pair{32, 1024}, {32, 4096}, {8, 16384}})
+      if (!only_d || only_d == D) shapes.push_back({B, T, H, D});
+
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("# bench_fwd on %s (%d SMs), bf16, causal, no gate, HQ = H, %d timed runs (median)\n", prop.name,
+              prop.multiProcessorCount, iters);
+  FILE* out = csv.empty() ? nullptr : std::fopen(csv.c_str(), "w");
+  if (out) std::fprintf(out, "B,T,H,D,ms,tflops_fa,tflops_path\n");
+  std::printf("%4s %6s %3s %4s %10s %12s %8s %14s\n", "B", "T", "H", "D", "ms", "TFLOP/s(FA)", "%peak", "TFLOP/s(PaTH)");
+
+  for (const Shape& s : shapes) {
+    const int64_t nq = int64_t(s.B) * s.T * s.H * s.D, nb = int64_t(s.B) * s.T * s.H;
+    constexpr int kSets = 3;
+    std::vector<Inputs4> sets(kSets);
+    for (int i = 0; i < kSets; ++i) {
+      Inputs4& x = sets[i];
+      CHECK(cudaMalloc(&x.q, nq * 2));
+      CHECK(cudaMalloc(&x.k, nq * 2));
+      CHECK(cudaMalloc(&x.v, nq * 2));
+      CHECK(cudaMalloc(&x.w, nq * 4));
+      CHECK(cudaMalloc(&x.beta, nb * 4));
+      fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(x.q), nq, 10 * i + 1);
+      fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(x.k), nq, 10 * i + 2);
+      fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(x.v), nq, 10 * i + 3);
+      fill_w<<<(nb + 7) / 8, 256>>>(x.w, nb, s.D, 10 * i + 4);
+      fill_beta<<<1024, 256>>>(x.beta, nb, 10 * i + 5);
+      CHECK(cudaGetLastError());
+    }
+    void *o, *lse;
+    CHECK(cudaMalloc(&o, nq * 2));
+    CHECK(cudaMalloc(&lse, nb * 4));
+    auto run = [&](int i) {
+      const Inputs4& x = sets[i % kSets];
+      pathattn::Inputs in;
+      using pathattn::DType;
+      const auto dev = pathattn::Device::cuda;
+      in.q = pathattn::make_view(x.q, DType::bf16, {s.B, s.T, s.H, s.D}, dev);
+      in.k = pathattn::make_view(x.k, DType::bf16, {s.B, s.T, s.H, s.D}, dev);
+      in.v = pathattn::make_view(x.v, DType::bf16, {s.B, s.T, s.H, s.D}, dev);
+      in.w = pathattn::make_view(x.w, DType::f32, {s.B, s.T, s.H, s.D}, dev);
+      in.beta = pathattn::make_view(x.beta, DType::f32, {s.B, s.T, s.H}, dev);
+      pathattn::ForwardOutputs fo;
+      fo.o = pathattn::make_view(o, DType::bf16, {s.B, s.T, s.H, s.D}, dev);
+      fo.lse = pathattn::make_view(lse, DType::f32, {s.B, s.T, s.H}, dev);
+      pathattn::forward(in, fo, pathattn::Backend::cuda);
+    };
+    for (int i = 0; i < 3; ++i) run(i);
+    CHECK(cudaDeviceSynchronize());
+    std::vector<float> ms(iters);
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    for (int i = 0; i < iters; ++i) {
+      CHECK(cudaEventRecord(e0));
+      run(i);
+      CHECK(cudaEventRecord(e1));
+      CHECK(cudaEventSynchronize(e1));
+      CHECK(cudaEventElapsedTime(&ms[i], e0, e1));
+    }
+    std::sort(ms.begin(), ms.end());
+    const double med = ms[iters / 2];
+    const double fa = 4.0 * s.B * s.H * s.D * double(s.T) * s.T / 2.0;
+    const double tf = fa / (med * 1e-3) / 1e12;
+    std::printf("%4d %6d %3d %4d %10.3f %12.1f %7.1f%% %14.1f\n", s.B, s.T, s.H, s.D, med, tf, 100.0 * tf / kPeakTflops,
+                2 * tf);
+    if (out) std::fprintf(out, "%d,%d,%d,%d,%.4f,%.2f,%.2f\n", s.B, s.T, s.H, s.D, med, tf, 2 * tf);
+    std::fflush(stdout);
+    for (Inputs4& x : sets) {
+      cudaFree(x.q);
+      cudaFree(x.k);
+      cudaFree(x.v);
+      cudaFree(x.w);
+      cudaFree(x.beta);
+    }
+    cudaFree(o);
+    cudaFree(lse);
+    CHECK(cudaEventDestroy(e0));
+    CHECK(cudaEventDestroy(e1));
+  }
+  if (out) std::fclose(out);
+  return 0;
+}

@@ -1,0 +1,27 @@
+// CUDA_CHECK: every CUDA call and launch in src/cuda goes through it, so that a failure throws pathattn::Error
+// naming the call, the CUDA error and the file:line (llm.c's cudaCheck, as an exception).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "pathattn/pathattn.h"
+
+namespace pathattn::cuda {
+
+[[noreturn]] inline void cuda_fail(cudaError_t e, const char* what, const char* file, int line) {
+  throw Error(std::string("pathattn: CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ") in " +
+              what + " at " + file + ":" + std::to_string(line));
+}
+
+}  // namespace pathattn::cuda
+
+#define CUDA_CHECK(call)                                                           \
+  do {                                                                             \
+    cudaError_t e_ = (call);                                                       \
+    if (e_ != cudaSuccess) ::pathattn::cuda::cuda_fail(e_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+// After a <<<...>>> launch: launch-configuration errors surface here, not at the next call.
+#define CUDA_CHECK_LAUNCH(name) CUDA_CHECK(cudaGetLastError())

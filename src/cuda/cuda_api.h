@@ -1,0 +1,14 @@
+// The CUDA backend as src/common/api.cpp calls it (only when PATHATTN_WITH_CUDA is defined).
+// Arguments arrive validated by make_problem; supports() adds what the kernels need.
+#pragma once
+
+#include "common/problem.h"
+
+namespace pathattn::cuda {
+
+Support supports(const Problem& p, const Inputs& in, bool backward);
+void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out);
+void backward(const Problem& p, const Inputs& in, const TensorView& o, const TensorView& lse, const TensorView& dout,
+              const Gradients& grads);
+
+}  // namespace pathattn::cuda

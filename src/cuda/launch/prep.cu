@@ -1,0 +1,21 @@
+// Launches the UT preprocess (kernels/prep.cuh): grid (chunks, kv heads), 256 threads.
+#include "cuda/check.h"
+#include "cuda/kernels/prep.cuh"
+#include "cuda/launch/launch.h"
+
+namespace pathattn::cuda {
+
+template <typename T, int D>
+void launch_prep(const Params& p, cudaStream_t stream) {
+  constexpr int bytes = prep_smem_bytes<D>();
+  CUDA_CHECK(cudaFuncSetAttribute(prep_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  prep_kernel<T, D><<<dim3(p.num_chunks, p.H), 256, bytes, stream>>>(p);
+  CUDA_CHECK_LAUNCH("prep_kernel");
+}
+
+template void launch_prep<__nv_bfloat16, 64>(const Params&, cudaStream_t);
+template void launch_prep<__nv_bfloat16, 128>(const Params&, cudaStream_t);
+template void launch_prep<__half, 64>(const Params&, cudaStream_t);
+template void launch_prep<__half, 128>(const Params&, cudaStream_t);
+
+}  // namespace pathattn::cuda

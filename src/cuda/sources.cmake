@@ -1,0 +1,16 @@
+# The CUDA kernels (sm_90a), included by src/CMakeLists.txt when CUDA is on. Compiled here (no GPU) and in CI,
+# run on the H200 machine through tools/gpu_check.sh.
+target_sources(pathattn_core PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/api.cu
+  ${CMAKE_CURRENT_LIST_DIR}/dispatch.cu
+  ${CMAKE_CURRENT_LIST_DIR}/launch/gate.cu
+  ${CMAKE_CURRENT_LIST_DIR}/launch/prep.cu
+  ${CMAKE_CURRENT_LIST_DIR}/launch/fwd.cu
+  ${CMAKE_CURRENT_LIST_DIR}/launch/kcache.cu
+)
+target_compile_definitions(pathattn_core PUBLIC PATHATTN_WITH_CUDA)
+target_link_libraries(pathattn_core PUBLIC CUDA::cudart)
+# No --use_fast_math: exp2f / log2f already map to the fast hardware paths (ex2.approx) for our f32 softmax,
+# and the UT solve keeps IEEE division and FMA contraction as written.
+target_compile_options(pathattn_core PRIVATE
+  $<$<COMPILE_LANGUAGE:CUDA>:-gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --expt-relaxed-constexpr -Xptxas=-v>)

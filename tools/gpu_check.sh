@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The whole GPU check in one call (the device machine is costly to start): build, the gpu tests, compute-sanitizer
+# memcheck + racecheck on small cases, then the forward benchmark beside SDPA and fla. Logs go under $OUT.
+#
+#   tools/gpu_check.sh [all|test|bench]      (run from the repository root on the H200 machine)
+#
+# Expects third_party_fetched/googletest (a copy of /usr/src/googletest; the GPU image has no gtest) and
+# third_party_fetched/fla (a work tree of fla-org/flash-linear-attention) to be carried along (git-ignored).
+set -uo pipefail
+MODE=${1:-all}
+OUT=${OUT:-/tmp/gpu_check_out}
+mkdir -p "$OUT"
+ROOT=$(pwd)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+SUMMARY=$OUT/summary.txt
+: > "$SUMMARY"
+note() { echo "$*" | tee -a "$SUMMARY"; }
+
+{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv; nvcc --version | tail -2;
+  python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'; } >> "$SUMMARY" 2>&1
+
+# googletest from the carried source when the image has none.
+PREFIX_ARGS=()
+if ! ls /usr/lib/x86_64-linux-gnu/cmake/GTest /usr/local/lib/cmake/GTest >/dev/null 2>&1; then
+  if [ -d third_party_fetched/googletest ]; then
+    (cmake -S third_party_fetched/googletest -B /tmp/gtest-build -DCMAKE_INSTALL_PREFIX=/tmp/gtest -DBUILD_GMOCK=OFF \
+       >/dev/null && make -C /tmp/gtest-build -j16 install >/dev/null) || note "googletest build FAILED"
+    PREFIX_ARGS=(-DCMAKE_PREFIX_PATH=/tmp/gtest)
+  fi
+fi
+
+t0=$(date +%s)
+if ! { cmake -S . -B build-gpu -DPATHATTN_TORCH=OFF -DPATHATTN_CUDA=ON -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) \
+         "${PREFIX_ARGS[@]}" && make -C build-gpu -j16 test_cuda_forward bench_fwd; } > "$OUT/build.log" 2>&1; then
+  note "BUILD FAILED (see build.log)"; tail -30 "$OUT/build.log"; exit 1
+fi
+note "build: ok ($(( $(date +%s) - t0 )) s)"
+grep -A2 "Compiling entry function.*fwd_kernel" "$OUT/build.log" | grep -E "entry|registers|spill" | tail -24 >> "$SUMMARY" || true
+
+if [ "$MODE" = all ] || [ "$MODE" = test ]; then
+  t0=$(date +%s)
+  (cd build-gpu && ctest -L gpu -j 16 --output-on-failure --timeout 300) > "$OUT/tests.log" 2>&1
+  note "gpu tests: $(grep -E 'tests passed|tests failed' "$OUT/tests.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+  grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess)" "$OUT/tests.log" | head -20 | tee -a "$SUMMARY"
+  # Per-case errors (o / lse / kcache against the f64 reference and the low-precision baseline), one run.
+  build-gpu/tests/cuda/test_cuda_forward > "$OUT/errors.log" 2>&1 || true
+
+  SMALL='*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16:CudaSupport.*'
+  for tool in memcheck racecheck; do
+    t0=$(date +%s)
+    compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/cuda/test_cuda_forward --gtest_filter="$SMALL" \
+      > "$OUT/sanitizer_one.log" 2>&1
+    rc=$?
+    note "compute-sanitizer $tool: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_one.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+    { echo "==== $tool"; cat "$OUT/sanitizer_one.log"; } >> "$OUT/sanitizer.log"; rm -f "$OUT/sanitizer_one.log"
+  done
+fi
+
+if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
+  t0=$(date +%s)
+  build-gpu/bench/cuda/bench_fwd --csv "$OUT/ours.csv" > "$OUT/bench.log" 2>&1
+  note "bench_fwd: rc=$? ($(( $(date +%s) - t0 )) s)"
+  cat "$OUT/bench.log"
+  t0=$(date +%s)
+  PYTHONUNBUFFERED=1 PYTHONPATH=$ROOT/third_party_fetched/fla timeout 400 python3 bench/cuda/baselines.py \
+    --ours "$OUT/ours.csv" --md "$OUT/table.md" >> "$OUT/bench.log" 2>&1
+  note "baselines: rc=$? ($(( $(date +%s) - t0 )) s)"
+fi
+
+echo "==== summary"
+cat "$SUMMARY"
+[ -f "$OUT/table.md" ] && cat "$OUT/table.md"
+exit 0
