@@ -100,9 +100,17 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> bwd(const Tensor& q, 
 
 }  // namespace
 
+void check_dense(std::initializer_list<std::pair<const Tensor*, const char*>> args) {
+  for (auto [t, name] : args)
+    TORCH_CHECK(t == nullptr || !t->defined() || t->layout() == at::kStrided, "pathattn: ", name,
+                " must be a strided (dense) tensor, got layout ", t->layout());
+}
+
 std::tuple<Tensor, Tensor, Tensor> call_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w,
                                             const Tensor& beta, const opt<Tensor>& g, opt<double> scale,
                                             const opt<Tensor>& cu_seqlens, bool return_kcache) {
+  check_dense({{&q, "q"}, {&k, "k"}, {&v, "v"}, {&w, "w"}, {&beta, "beta"}, {g ? &*g : nullptr, "g"},
+               {cu_seqlens ? &*cu_seqlens : nullptr, "cu_seqlens"}});
   static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("pathattn::fwd", "").typed<decltype(fwd)>();
   return op.call(q, k, v, w, beta, g, scale, cu_seqlens, return_kcache);
 }

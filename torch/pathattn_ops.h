@@ -9,11 +9,17 @@
 // Tensor result cannot be None.
 #pragma once
 
+#include <initializer_list>
 #include <tuple>
+#include <utility>
 
 #include "views.h"
 
 namespace pathattn::torch_ops {
+
+// Sparse (or other non-strided) tensors would reach the dispatcher's "no kernel for SparseCPU" message, which
+// does not name the argument: check before dispatching. Null or undefined entries are absent optionals.
+void check_dense(std::initializer_list<std::pair<const at::Tensor*, const char*>> args);
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> call_fwd(const at::Tensor& q, const at::Tensor& k,
                                                         const at::Tensor& v, const at::Tensor& w,

@@ -1,0 +1,12 @@
+"""pathattn: PaTH attention (data-dependent Householder position encoding) for PyTorch.
+
+Importing loads libpathattn_torch.so from $PATHATTN_LIBRARY, else from <repo>/build/torch/ (see docs/python.md).
+"""
+from ._library import LibraryNotFoundError, library_path, load
+
+load()
+
+from .layer import PaTHAttention  # noqa: E402  (needs the ops registered above)
+from .ops import path_attention, prefill  # noqa: E402
+
+__all__ = ["path_attention", "prefill", "PaTHAttention", "LibraryNotFoundError", "library_path"]

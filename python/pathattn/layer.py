@@ -1,0 +1,139 @@
+"""The PaTH attention layer of SPEC section 5, with fla's constructor knobs and parameter names."""
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .ops import path_attention
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm over the last dimension (torch 1.13 has no nn.RMSNorm)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return y.to(x.dtype) * self.weight
+
+
+class ShortConvolution(nn.Conv1d):
+    """Depthwise causal conv1d over time on [B, T, C] followed by SiLU; with cu_seqlens (packed batch) the
+    taps never reach across a sequence start."""
+
+    def __init__(self, channels: int, kernel_size: int):
+        super().__init__(channels, channels, kernel_size, groups=channels, bias=False)
+
+    def forward(self, x, cu_seqlens: Optional[torch.Tensor] = None):  # x [B, T, C]
+        K = self.kernel_size[0]
+        T = x.shape[1]
+        weight = self.weight[:, 0, :]  # [C, K]; tap K - 1 multiplies x_t, tap K - 1 - s multiplies x_{t - s}
+        pos = None
+        if cu_seqlens is not None:
+            # position of each token inside its own sequence: t - start(t), [T]
+            cu = cu_seqlens.to(device=x.device, dtype=torch.long)
+            t = torch.arange(T, device=x.device)
+            start = cu[torch.searchsorted(cu, t, right=True) - 1]
+            pos = t - start
+        y = x * weight[:, K - 1]
+        for s in range(1, min(K, T + 1)):
+            shifted = F.pad(x, (0, 0, s, 0))[:, :T]  # x_{t - s}, zero before the first token
+            if pos is not None:
+                shifted = shifted * (pos >= s).to(x.dtype)[None, :, None]
+            y = y + shifted * weight[:, K - 1 - s]
+        return F.silu(y)
+
+
+class PaTHAttention(nn.Module):
+    """PaTH attention layer: q, k, v, o projections (no bias, no RoPE), Householder directions w from a
+    low-rank projection + short causal conv + SiLU + L2 norm, strengths beta = 2 sigmoid(.) in f32, and for
+    PaTH-FoX a per-query-head forget gate g = logsigmoid(.). forward(x [B, T, E], cu_seqlens) -> [B, T, E]."""
+
+    def __init__(
+        self,
+        hidden_size: int = 2048,
+        num_heads: int = 32,
+        num_kv_heads: Optional[int] = None,
+        use_forget_gate: bool = False,
+        use_qk_norm: bool = False,
+        use_low_rank_w: bool = True,
+        use_w_shortconv: bool = True,
+        conv_size: int = 3,
+        layer_idx: Optional[int] = None,
+        beta_max: Optional[float] = None,
+        w_rank: int = 32,
+    ):
+        super().__init__()
+        if hidden_size % num_heads != 0:
+            raise ValueError(f"hidden_size = {hidden_size} must be a multiple of num_heads = {num_heads}")
+        self.hidden_size = hidden_size
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads if num_kv_heads is not None else num_heads
+        if num_heads % self.num_kv_heads != 0:
+            raise ValueError(f"num_heads = {num_heads} must be a multiple of num_kv_heads = {self.num_kv_heads}")
+        self.head_dim = hidden_size // num_heads
+        self.kv_dim = self.num_kv_heads * self.head_dim
+        self.use_forget_gate = use_forget_gate
+        self.use_qk_norm = use_qk_norm
+        self.use_low_rank_w = use_low_rank_w
+        self.use_w_shortconv = use_w_shortconv
+        self.conv_size = conv_size
+        self.layer_idx = layer_idx
+        self.beta_max = beta_max  # optional clamp of beta to [0, beta_max] (guards bf16 runs, SPEC 5)
+
+        self.q_proj = nn.Linear(hidden_size, hidden_size, bias=False)
+        self.k_proj = nn.Linear(hidden_size, self.kv_dim, bias=False)
+        self.v_proj = nn.Linear(hidden_size, self.kv_dim, bias=False)
+        self.o_proj = nn.Linear(hidden_size, hidden_size, bias=False)
+        if use_low_rank_w:
+            self.w_proj = nn.Sequential(
+                nn.Linear(hidden_size, w_rank, bias=False), nn.Linear(w_rank, self.kv_dim, bias=False)
+            )
+        else:
+            self.w_proj = nn.Linear(hidden_size, self.kv_dim, bias=False)
+        if use_w_shortconv:
+            self.w_conv1d = ShortConvolution(self.kv_dim, conv_size)
+        self.bt_proj = nn.Linear(hidden_size, self.num_kv_heads, bias=True)
+        if use_forget_gate:
+            self.fgate_proj = nn.Linear(hidden_size, num_heads, bias=True)
+        if use_qk_norm:
+            self.q_norm = RMSNorm(self.head_dim)
+            self.k_norm = RMSNorm(self.head_dim)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        # fla's initialisation: weights N(0, 0.02), biases 0 (so beta starts at 2 sigmoid(0) = 1).
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Conv1d)):
+                nn.init.normal_(m.weight, mean=0.0, std=0.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+
+    def forward(self, hidden_states: torch.Tensor, cu_seqlens: Optional[torch.Tensor] = None) -> torch.Tensor:
+        x = hidden_states  # [B, T, E]
+        B, T, _ = x.shape
+        H, HQ, D = self.num_kv_heads, self.num_heads, self.head_dim
+        q = self.q_proj(x).view(B, T, HQ, D)
+        k = self.k_proj(x).view(B, T, H, D)
+        v = self.v_proj(x).view(B, T, H, D)
+        if self.use_qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+
+        # beta, g, w in f32 (SPEC 6); on the CPU every input shares q's dtype (f32, or f64 for gradcheck).
+        fdtype = x.dtype if x.device.type == "cpu" else torch.float32
+        w = self.w_proj(x)  # [B, T, H * D]
+        if self.use_w_shortconv:
+            w = self.w_conv1d(w, cu_seqlens)
+        w = F.normalize(w.to(fdtype).view(B, T, H, D), p=2.0, dim=-1)  # [B, T, H, D], unit norm
+        beta = 2.0 * torch.sigmoid(self.bt_proj(x).to(fdtype))  # [B, T, H] in (0, 2)
+        if self.beta_max is not None:
+            beta = beta.clamp(0.0, self.beta_max)
+        g = F.logsigmoid(self.fgate_proj(x).to(fdtype)) if self.use_forget_gate else None  # [B, T, HQ]
+
+        o = path_attention(q, k, v, w, beta, g, cu_seqlens=cu_seqlens)  # [B, T, HQ, D]
+        return self.o_proj(o.reshape(B, T, HQ * D))
