@@ -5,6 +5,7 @@
 // stays under ~90 s on 2 cores: the f64 reference backward is O(T^2 D) time and memory.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "harness.h"
@@ -131,6 +132,110 @@ std::vector<Spec> cases() {
 }
 INSTANTIATE_TEST_SUITE_P(Cases, CpuVsReference, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name() + "_s" + std::to_string(info.param.seed); });
+
+// Adversarial inputs the random table does not reach: exact beta values (0: H = I, 1: a singular projection,
+// 2: a reflection), repeated and nearly parallel directions (the chunk's triangular solve at its least
+// favourable), peaky softmax, and gates whose cumulative sum G reaches -2 10^4 (G_i - G_j must keep its
+// precision: SPEC 6). Each is a Spec plus a change to the drawn inputs.
+enum class Twist { exact_betas, repeated_w, parallel_w, peaky, strong_gate };
+
+const char* twist_name(Twist t) {
+  switch (t) {
+    case Twist::exact_betas: return "exact_betas";
+    case Twist::repeated_w: return "repeated_w";
+    case Twist::parallel_w: return "parallel_w";
+    case Twist::peaky: return "peaky";
+    case Twist::strong_gate: return "strong_gate";
+  }
+  return "?";
+}
+
+struct Adversarial {
+  Twist twist;
+  Spec spec;
+};
+
+void apply(Twist t, Problem64& P) {
+  const Spec& s = P.spec;
+  const int64_t rows = s.B * s.T * s.H, D = s.D;
+  std::mt19937_64 rng(s.seed + 99);
+  std::normal_distribution<double> n01(0.0, 1.0);
+  switch (t) {
+    case Twist::exact_betas:  // 0, 1, 2, drawn, repeating
+      for (int64_t r = 0; r < rows; ++r)
+        if (r % 4 != 3) P.beta[r] = double(r % 4);
+      break;
+    case Twist::repeated_w:  // runs of 10 equal directions (per head: rows are [B, T, H])
+      for (int64_t r = s.H * 10; r < rows; ++r)
+        if ((r / s.H) % 10 != 0) std::copy_n(&P.w[(r - s.H) * D], D, &P.w[r * D]);
+      break;
+    case Twist::parallel_w:  // every direction within ~1e-3 of one, beta near 2
+      for (int64_t r = 0; r < rows; ++r) {
+        double nn = 0;
+        for (int64_t d = 0; d < D; ++d) nn += (P.w[r * D + d] = (d == 0 ? 1.0 : 0.0) + 1e-3 * n01(rng)) * P.w[r * D + d];
+        for (int64_t d = 0; d < D; ++d) P.w[r * D + d] /= std::sqrt(nn);
+      }
+      break;
+    case Twist::peaky:  // logits ~ N(0, 8^2): softmax rows dominated by a few keys
+      for (double& x : P.q) x *= 8.0;
+      break;
+    case Twist::strong_gate:  // g = -20 for the first half (G reaches -10 T), then g ~ -0.5 so that attention
+      // spreads over a few keys: f32 cumulative sums would leave G_i - G_j an error of ulp(10 T) ~ 1e-3 there
+      // (measured at T = 2000: o 1.8e-4, lse 2.9e-4 relative, failing); per-chunk offsets keep ~1e-7.
+      for (size_t r = 0; r < P.g.size(); ++r)
+        P.g[r] = r < P.g.size() / 2 ? -20.0 : -0.5 * (1.0 + 0.5 * std::tanh(n01(rng)));
+      break;
+  }
+  // Rounded to f32 like every input here (see rounded_to_f32).
+  for (std::vector<double>* x : {&P.q, &P.w, &P.beta, &P.g})
+    for (double& e : *x) e = static_cast<double>(static_cast<float>(e));
+}
+
+class CpuVsReferenceAdversarial : public ::testing::TestWithParam<Adversarial> {};
+
+TEST_P(CpuVsReferenceAdversarial, ForwardAndBackward) {
+  const Spec& s = GetParam().spec;
+  Problem64 P = rounded_to_f32(s);
+  apply(GetParam().twist, P);
+  Case<float> c(P);
+  Case<double> r(P);
+  r.dout.fill_from(c.dout.to_vector());
+  c.forward(Backend::cpu);
+  r.forward(Backend::reference);
+  c.backward(Backend::cpu);
+  r.backward(Backend::reference);
+  std::vector<Compared> xs = {{"o", c.o.to_vector(), r.o.to_vector()},
+                              {"lse", c.lse.to_vector(), r.lse.to_vector()},
+                              {"kcache", c.kcache.to_vector(), r.kcache.to_vector()},
+                              {"dq", c.dq.to_vector(), r.dq.to_vector()},
+                              {"dk", c.dk.to_vector(), r.dk.to_vector()},
+                              {"dv", c.dv.to_vector(), r.dv.to_vector()},
+                              {"dw", c.dw.to_vector(), r.dw.to_vector()},
+                              {"dbeta", c.dbeta.to_vector(), r.dbeta.to_vector()}};
+  if (s.gate) xs.push_back({"dg", c.dg.to_vector(), r.dg.to_vector()});
+  expect_close(xs, s);
+  EXPECT_TRUE(c.guards_intact());
+}
+
+std::vector<Adversarial> adversarial_cases() {
+  using B = BetaDist;
+  return {
+      {Twist::exact_betas, {.B = 1, .T = 200, .H = 2, .HQ = 4, .D = 64, .DV = 64, .gate = true, .seed = 31}},
+      {Twist::repeated_w, {.B = 1, .T = 200, .H = 2, .HQ = 2, .D = 32, .DV = 32, .seed = 32}},
+      {Twist::repeated_w, {.B = 1, .T = 150, .H = 1, .HQ = 1, .D = 16, .DV = 16, .beta = B::near2, .seed = 33}},
+      {Twist::parallel_w, {.B = 1, .T = 200, .H = 1, .HQ = 1, .D = 64, .DV = 64, .beta = B::near2, .seed = 34}},
+      {Twist::parallel_w, {.B = 1, .T = 200, .H = 1, .HQ = 1, .D = 16, .DV = 16, .beta = B::near1, .seed = 35}},
+      {Twist::peaky, {.B = 1, .T = 300, .H = 1, .HQ = 4, .D = 64, .DV = 64, .gate = true, .seed = 36}},
+      {Twist::strong_gate, {.B = 1, .T = 2000, .H = 1, .HQ = 1, .D = 32, .DV = 32, .gate = true, .seed = 37}},
+      {Twist::strong_gate, {.B = 1, .T = 1100, .H = 1, .HQ = 2, .D = 16, .DV = 16, .gate = true,
+                            .seqlens = {1, 600, 499}, .seed = 38}},
+  };
+}
+INSTANTIATE_TEST_SUITE_P(Cases, CpuVsReferenceAdversarial, ::testing::ValuesIn(adversarial_cases()),
+                         [](const auto& info) {
+                           return std::string(twist_name(info.param.twist)) + "_" + info.param.spec.name() + "_s" +
+                                  std::to_string(info.param.spec.seed);
+                         });
 
 // Restores the thread count when a test ends, so that a failure cannot leak a setting into later tests.
 struct ThreadCount {
