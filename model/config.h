@@ -1,0 +1,67 @@
+// Model configuration: one decoder-only transformer, five position mechanisms sharing all other code.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace pathattn::model {
+
+enum class Mechanism { path, path_fox, rope, fox, nope };
+
+inline const char* mechanism_name(Mechanism m) {
+  switch (m) {
+    case Mechanism::path: return "path";
+    case Mechanism::path_fox: return "path-fox";
+    case Mechanism::rope: return "rope";
+    case Mechanism::fox: return "fox";
+    case Mechanism::nope: return "nope";
+  }
+  return "?";
+}
+
+inline Mechanism parse_mechanism(const std::string& s) {
+  if (s == "path") return Mechanism::path;
+  if (s == "path-fox") return Mechanism::path_fox;
+  if (s == "rope") return Mechanism::rope;
+  if (s == "fox") return Mechanism::fox;
+  if (s == "nope") return Mechanism::nope;
+  throw std::invalid_argument("mechanism: expected path, path-fox, rope, fox or nope, got '" + s + "'");
+}
+
+inline bool uses_path(Mechanism m) { return m == Mechanism::path || m == Mechanism::path_fox; }
+inline bool uses_gate(Mechanism m) { return m == Mechanism::path_fox || m == Mechanism::fox; }
+
+// Which implementation of PaTH attention the layer calls.
+enum class PathImpl {
+  op,     // pathattn::path_attention (torch/ op over the library's CPU/CUDA paths), when built
+  torch,  // path_attention_chunked: plain libtorch ops (model/path_attention_torch.cpp)
+};
+
+struct ModelConfig {
+  int64_t vocab = 0;
+  int64_t n_layer = 1;
+  int64_t d_model = 64;
+  int64_t n_head = 2;     // query heads = kv heads (no GQA in the model)
+  int64_t mlp_hidden = 0; // SwiGLU hidden size; 0: 8/3 d_model rounded up to a multiple of 8
+  Mechanism mechanism = Mechanism::path;
+  bool qk_norm = false;
+  double beta_max = 0.0;  // > 0: clamp beta to [0, beta_max] (guards bf16 runs)
+  int64_t w_rank = 32;    // low rank of the w projection (SPEC 5)
+  double rope_base = 10000.0;
+  PathImpl path_impl = PathImpl::op;
+
+  int64_t head_dim() const { return d_model / n_head; }
+  int64_t mlp_size() const { return mlp_hidden > 0 ? mlp_hidden : ((8 * d_model / 3 + 7) / 8) * 8; }
+  void validate() const {
+    if (vocab <= 0) throw std::invalid_argument("vocab: expected > 0, got " + std::to_string(vocab));
+    if (n_layer <= 0) throw std::invalid_argument("n_layer: expected > 0, got " + std::to_string(n_layer));
+    if (n_head <= 0 || d_model % n_head != 0)
+      throw std::invalid_argument("d_model (" + std::to_string(d_model) + ") must be a multiple of n_head (" +
+                                  std::to_string(n_head) + ")");
+    if (mechanism == Mechanism::rope && head_dim() % 2 != 0)
+      throw std::invalid_argument("rope needs an even head dimension, got " + std::to_string(head_dim()));
+  }
+};
+
+}  // namespace pathattn::model

@@ -1,0 +1,141 @@
+// pathattn_train: trains one model on one synthetic task and writes metrics (see docs/model.md).
+#include <CLI/CLI.hpp>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "path_op.h"
+#include "trainer.h"
+
+using namespace pathattn::model;
+
+namespace {
+
+std::string json_num(double x) {
+  if (std::isnan(x)) return "null";
+  std::ostringstream s;
+  s.precision(8);
+  s << x;
+  return s.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Train a small PaTH / RoPE / FoX transformer on a synthetic task (flip-flop, A5, MQRAR-N)"};
+  std::string task_name = "flipflop", mech = "path", device = "cpu", path_impl = have_path_op() ? "op" : "torch";
+  ModelConfig mc;
+  TrainConfig tc;
+  FlipFlopConfig ffc;
+  A5Config a5c;
+  MqrarConfig mqc;
+  int threads = 0;
+  app.add_option("--task", task_name, "flipflop | a5 | mqrar")->capture_default_str();
+  app.add_option("--mechanism", mech, "path | path-fox | rope | fox | nope")->capture_default_str();
+  app.add_option("--layers", mc.n_layer, "number of blocks")->capture_default_str();
+  app.add_option("--width", mc.d_model, "model width E")->capture_default_str();
+  app.add_option("--heads", mc.n_head, "attention heads (head dim = width / heads)")->capture_default_str();
+  app.add_option("--mlp", mc.mlp_hidden, "SwiGLU hidden size (0: 8/3 width)")->capture_default_str();
+  app.add_flag("--qk-norm", mc.qk_norm, "per-head RMSNorm on q and k");
+  app.add_option("--beta-max", mc.beta_max, "clamp beta to [0, beta-max] (0: no clamp)")->capture_default_str();
+  app.add_option("--path-impl", path_impl, "op (torch/ op) | torch (plain libtorch chunked form)")->capture_default_str();
+  app.add_option("--steps", tc.steps, "training steps")->capture_default_str();
+  app.add_option("--batch", tc.batch, "sequences per step")->capture_default_str();
+  app.add_option("--lr", tc.lr, "peak learning rate")->capture_default_str();
+  app.add_option("--warmup", tc.warmup, "linear warm-up steps")->capture_default_str();
+  app.add_option("--min-lr-ratio", tc.min_lr_ratio, "cosine floor as a fraction of lr")->capture_default_str();
+  app.add_option("--weight-decay", tc.weight_decay, "AdamW weight decay")->capture_default_str();
+  app.add_option("--beta2", tc.beta2, "AdamW beta2")->capture_default_str();
+  app.add_option("--clip", tc.clip, "gradient norm clip (0: off)")->capture_default_str();
+  app.add_option("--seed", tc.seed, "seed of the initialisation and the data stream")->capture_default_str();
+  app.add_option("--eval-every", tc.eval_every, "evaluate every n steps")->capture_default_str();
+  app.add_option("--eval-size", tc.eval_size, "sequences per evaluation set")->capture_default_str();
+  app.add_option("--eval-batch", tc.eval_batch, "evaluation batch")->capture_default_str();
+  app.add_option("--log-every", tc.log_every, "progress line every n steps")->capture_default_str();
+  app.add_option("--ckpt-every", tc.ckpt_every, "checkpoint every n steps (0: at the end)")->capture_default_str();
+  app.add_option("--stop-error", tc.stop_error, "stop once in-distribution error <= this (-1: never)")->capture_default_str();
+  app.add_option("--out", tc.out_dir, "output folder: metrics.csv, metrics.json, ckpt/");
+  app.add_flag("--resume", tc.resume, "resume from <out>/ckpt if present");
+  app.add_option("--device", device, "cpu | cuda")->capture_default_str();
+  app.add_option("--threads", threads, "CPU threads (0: all hardware threads)")->capture_default_str();
+  app.add_option("--ff-pairs", ffc.pairs, "flip-flop: instruction-bit pairs per sequence")->capture_default_str();
+  app.add_option("--ff-p-ignore", ffc.p_ignore, "flip-flop: training p(ignore)")->capture_default_str();
+  app.add_option("--a5-length", a5c.length, "A5: sequence length")->capture_default_str();
+  app.add_option("--mqrar-n", mqc.n_back, "MQRAR: N of N-back")->capture_default_str();
+  app.add_option("--mqrar-length", mqc.length, "MQRAR: tokens per sequence")->capture_default_str();
+  app.add_option("--mqrar-keys", mqc.keys, "MQRAR: number of keys")->capture_default_str();
+  app.add_option("--mqrar-values", mqc.values, "MQRAR: number of values")->capture_default_str();
+  app.add_option("--mqrar-p-query", mqc.p_query, "MQRAR: probability that a pair is a query")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    at::set_num_threads(threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()));
+    if (device == "cuda") {
+      if (!torch::cuda::is_available()) throw std::invalid_argument("--device cuda: no CUDA device available");
+      tc.device = torch::kCUDA;
+    } else if (device != "cpu") {
+      throw std::invalid_argument("--device: expected cpu or cuda, got '" + device + "'");
+    }
+    if (path_impl == "op") {
+      if (!have_path_op()) throw std::invalid_argument("--path-impl op: this build has no pathattn_torch op");
+      mc.path_impl = PathImpl::op;
+    } else if (path_impl == "torch") {
+      mc.path_impl = PathImpl::torch;
+    } else {
+      throw std::invalid_argument("--path-impl: expected op or torch, got '" + path_impl + "'");
+    }
+    std::unique_ptr<Task> task;
+    if (task_name == "flipflop") task = make_flipflop(ffc);
+    else if (task_name == "a5") task = make_a5(a5c);
+    else if (task_name == "mqrar") task = make_mqrar(mqc);
+    else throw std::invalid_argument("--task: expected flipflop, a5 or mqrar, got '" + task_name + "'");
+    mc.vocab = task->vocab();
+    mc.mechanism = parse_mechanism(mech);
+
+    torch::manual_seed(tc.seed);
+    Transformer model(mc);
+    const std::string label = task->name() + "/" + mech;
+    std::cout << "[" << label << "] " << model->num_parameters() << " parameters, layers " << mc.n_layer
+              << ", width " << mc.d_model << ", heads " << mc.n_head << ", T " << task->seq_len() << ", batch "
+              << tc.batch << ", steps " << tc.steps << ", lr " << tc.lr << ", threads " << at::get_num_threads()
+              << ", path impl " << path_impl << std::endl;
+    auto r = train(model, *task, tc, label);
+
+    std::cout << "[" << label << "] done: " << r.steps_done << " steps in " << r.seconds << " s";
+    for (const auto& [k, v] : r.final_eval.error) std::cout << "  " << k << " error " << 100 * v << "%";
+    std::cout << std::endl;
+    if (!tc.out_dir.empty()) {
+      std::ofstream js(std::filesystem::path(tc.out_dir) / "metrics.json");
+      js << "{\n  \"task\": \"" << task->name() << "\",\n  \"mechanism\": \"" << mech << "\",\n"
+         << "  \"layers\": " << mc.n_layer << ", \"width\": " << mc.d_model << ", \"heads\": " << mc.n_head
+         << ", \"parameters\": " << model->num_parameters() << ",\n"
+         << "  \"seq_len\": " << task->seq_len() << ", \"batch\": " << tc.batch << ", \"steps\": " << tc.steps
+         << ", \"steps_done\": " << r.steps_done << ", \"lr\": " << tc.lr << ", \"seed\": " << tc.seed << ",\n"
+         << "  \"threads\": " << at::get_num_threads() << ", \"path_impl\": \"" << path_impl << "\", \"device\": \""
+         << device << "\",\n  \"train_seconds\": " << r.seconds << ", \"final_train_loss\": "
+         << json_num(r.final_train_loss) << ",\n  \"error\": {";
+      bool first = true;
+      for (const auto& [k, v] : r.final_eval.error) {
+        js << (first ? "" : ", ") << "\"" << k << "\": " << json_num(v);
+        first = false;
+      }
+      js << "},\n  \"loss\": {";
+      first = true;
+      for (const auto& [k, v] : r.final_eval.loss) {
+        js << (first ? "" : ", ") << "\"" << k << "\": " << json_num(v);
+        first = false;
+      }
+      js << "},\n  \"position_accuracy\": [";
+      for (size_t i = 0; i < r.final_eval.pos_accuracy.size(); ++i)
+        js << (i ? ", " : "") << json_num(r.final_eval.pos_accuracy[i]);
+      js << "]\n}\n";
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "pathattn_train: " << e.what() << std::endl;
+    return 1;
+  }
+  return 0;
+}

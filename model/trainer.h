@@ -1,0 +1,59 @@
+// Training loop: AdamW, linear warm-up then cosine decay, gradient clipping, periodic evaluation on the
+// task's fixed sets, resumable checkpoints, a progress line, metrics as CSV and JSON.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "task.h"
+#include "transformer.h"
+
+namespace pathattn::model {
+
+struct TrainConfig {
+  int64_t steps = 1000;
+  int64_t batch = 16;
+  int64_t warmup = 100;
+  double lr = 1e-3;
+  double min_lr_ratio = 0.1;  // cosine decays to lr * min_lr_ratio
+  double weight_decay = 0.1;
+  double beta1 = 0.9, beta2 = 0.98;
+  double clip = 1.0;
+  uint64_t seed = 1;
+  int64_t eval_every = 200;   // also evaluates at the last step
+  int64_t eval_size = 256;    // sequences per evaluation set
+  int64_t eval_batch = 64;
+  int64_t log_every = 20;
+  int64_t ckpt_every = 0;     // 0: only at the end (when out_dir is set)
+  double stop_error = -1;     // >= 0: stop once the in-distribution error is <= this (after an evaluation)
+  std::string out_dir;        // metrics.csv, metrics.json, ckpt/ (empty: nothing written)
+  bool resume = false;
+  torch::Device device = torch::kCPU;
+};
+
+struct EvalResult {
+  std::map<std::string, double> error;  // per set: fraction of scored positions predicted wrong
+  std::map<std::string, double> loss;   // per set: mean cross entropy over scored positions
+  std::vector<double> pos_accuracy;     // of the first set: accuracy at each position (A5: per length)
+};
+
+struct TrainResult {
+  int64_t steps_done = 0;
+  double seconds = 0;
+  double final_train_loss = 0;
+  EvalResult final_eval;
+};
+
+double lr_at(const TrainConfig& cfg, int64_t step);  // step 0-based
+
+// Cross entropy over the masked positions.
+torch::Tensor masked_loss(const torch::Tensor& logits, const Batch& b);
+
+EvalResult evaluate(Transformer& model, const std::vector<EvalSet>& sets, int64_t eval_batch, torch::Device dev);
+
+TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, const std::string& run_label = "");
+
+}  // namespace pathattn::model

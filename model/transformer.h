@@ -1,0 +1,63 @@
+// Decoder-only transformer: token embedding, pre-RMSNorm blocks (attention + SwiGLU MLP), final norm,
+// untied head. The position mechanism (config.h) is the only thing that differs between runs.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "attention.h"
+#include "config.h"
+
+namespace pathattn::model {
+
+class SwiGLUImpl : public torch::nn::Module {
+ public:
+  SwiGLUImpl(int64_t d_model, int64_t hidden);
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  torch::nn::Linear gate{nullptr}, up{nullptr}, down{nullptr};
+};
+TORCH_MODULE(SwiGLU);
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x, LayerCache* cache = nullptr);
+
+ private:
+  RMSNorm norm1{nullptr}, norm2{nullptr};
+  Attention attn{nullptr};
+  SwiGLU mlp{nullptr};
+};
+TORCH_MODULE(Block);
+
+using KVCache = std::vector<LayerCache>;
+
+class TransformerImpl : public torch::nn::Module {
+ public:
+  explicit TransformerImpl(const ModelConfig& cfg);
+
+  // tokens [B, T] int64 -> logits [B, T, V] (f32). With a cache: an empty one is filled (prefill), a
+  // filled one is extended by the T tokens (decode); logits are for the given tokens either way.
+  torch::Tensor forward(const torch::Tensor& tokens, KVCache* cache = nullptr);
+
+  const ModelConfig& config() const { return cfg_; }
+  int64_t num_parameters() const;
+
+ private:
+  ModelConfig cfg_;
+  torch::nn::Embedding embed{nullptr};
+  std::vector<Block> blocks;
+  RMSNorm norm{nullptr};
+  torch::nn::Linear head{nullptr};
+};
+TORCH_MODULE(Transformer);
+
+// Autoregressive continuation of prompt [B, T0] by n tokens with a KV cache: greedy when temperature == 0,
+// else sampling from softmax(logits / temperature) with the given generator seed. Returns [B, T0 + n].
+torch::Tensor generate(Transformer& model, const torch::Tensor& prompt, int64_t n, double temperature = 0.0,
+                       uint64_t seed = 0);
+
+}  // namespace pathattn::model

@@ -1,0 +1,223 @@
+// The layer and the model: gradients reach every parameter, KV-cache decoding equals the full forward,
+// save/load keeps the logits, one batch is overfitted, a tiny training run beats chance, resume is exact.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "path_op.h"
+#include "tolerances_model.h"
+#include "trainer.h"
+
+using namespace pathattn::model;
+
+namespace {
+
+const Mechanism kAll[] = {Mechanism::path, Mechanism::path_fox, Mechanism::rope, Mechanism::fox, Mechanism::nope};
+
+ModelConfig tiny(Mechanism m, int64_t vocab = 11) {
+  ModelConfig c;
+  c.vocab = vocab;
+  c.n_layer = 2;
+  c.d_model = 32;
+  c.n_head = 2;
+  c.mechanism = m;
+  c.path_impl = have_path_op() ? PathImpl::op : PathImpl::torch;
+  return c;
+}
+
+std::string label(Mechanism m, bool qk = false) { return std::string(mechanism_name(m)) + (qk ? "+qknorm" : ""); }
+
+std::filesystem::path temp_dir(const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() / ("pathattn_model_test_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+}  // namespace
+
+TEST(Model, GradientsReachEveryParameter) {
+  for (auto m : kAll) {
+    for (bool qk : {false, true}) {
+      torch::manual_seed(1);
+      auto cfg = tiny(m);
+      cfg.qk_norm = qk;
+      Transformer model(cfg);
+      auto tokens = torch::randint(0, cfg.vocab, {2, 40}, torch::kLong);
+      model->forward(tokens).pow(2).mean().backward();
+      for (const auto& p : model->named_parameters()) {
+        ASSERT_TRUE(p.value().grad().defined()) << label(m, qk) << ": no gradient for " << p.key();
+        EXPECT_GT(p.value().grad().abs().max().item<double>(), 0.0) << label(m, qk) << ": zero gradient for " << p.key();
+      }
+    }
+  }
+}
+
+// Prefill of a prompt, then one token at a time through the KV cache: the logits equal the full forward's
+// (f64 so that the comparison is tight). PaTH: the prefill's key cache, H_t applied per step, the conv state.
+TEST(Model, KVCacheDecodingEqualsFullForward) {
+  for (auto m : kAll) {
+    for (auto impl : {PathImpl::torch, PathImpl::op}) {
+      if (impl == PathImpl::op && (!have_path_op() || !uses_path(m))) continue;
+      torch::manual_seed(2);
+      auto cfg = tiny(m);
+      cfg.path_impl = impl;
+      Transformer model(cfg);
+      model->to(torch::kDouble);
+      torch::NoGradGuard ng;
+      auto tokens = torch::randint(0, cfg.vocab, {2, 45}, torch::kLong);
+      auto full = model->forward(tokens);  // [B, T, V]
+      KVCache cache;
+      auto pre = model->forward(tokens.narrow(1, 0, 30), &cache);
+      std::vector<torch::Tensor> parts{pre};
+      for (int64_t t = 30; t < 40; ++t) parts.push_back(model->forward(tokens.narrow(1, t, 1), &cache));
+      parts.push_back(model->forward(tokens.narrow(1, 40, 5), &cache));  // several tokens in one call
+      auto got = torch::cat(parts, 1);
+      const double err = (got - full).abs().max().item<double>() / full.abs().max().item<double>();
+      EXPECT_LT(err, test_tol::kF64Paths) << label(m) << (impl == PathImpl::op ? " (op)" : " (torch)");
+    }
+  }
+}
+
+TEST(Model, GreedyGenerationMatchesRepeatedFullForward) {
+  for (auto m : {Mechanism::path, Mechanism::rope}) {
+    torch::manual_seed(3);
+    auto cfg = tiny(m);
+    Transformer model(cfg);
+    auto prompt = torch::randint(0, cfg.vocab, {2, 12}, torch::kLong);
+    auto gen = generate(model, prompt, 8);
+    ASSERT_EQ(gen.sizes(), (std::vector<int64_t>{2, 20}));
+    torch::NoGradGuard ng;
+    auto seq = prompt;
+    for (int i = 0; i < 8; ++i) {
+      auto next = model->forward(seq).select(1, -1).argmax(-1, true);
+      seq = torch::cat({seq, next}, 1);
+    }
+    EXPECT_TRUE(torch::equal(gen, seq)) << label(m);
+    auto sampled = generate(model, prompt, 8, 1.0, 42);
+    EXPECT_TRUE(torch::equal(sampled, generate(model, prompt, 8, 1.0, 42))) << "sampling must follow the seed";
+    EXPECT_TRUE((sampled >= 0).all().item<bool>() && (sampled < cfg.vocab).all().item<bool>());
+  }
+}
+
+TEST(Model, SaveLoadGivesIdenticalLogits) {
+  auto dir = temp_dir("saveload");
+  for (auto m : kAll) {
+    torch::manual_seed(4);
+    auto cfg = tiny(m);
+    Transformer a(cfg);
+    torch::save(a, (dir / "m.pt").string());
+    torch::manual_seed(5);  // a different initialisation, overwritten by the load
+    Transformer b(cfg);
+    torch::load(b, (dir / "m.pt").string());
+    auto tokens = torch::randint(0, cfg.vocab, {2, 33}, torch::kLong);
+    torch::NoGradGuard ng;
+    EXPECT_TRUE(torch::equal(a->forward(tokens), b->forward(tokens))) << label(m);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Model, OverfitsOneBatch) {
+  FlipFlopConfig fc;
+  fc.pairs = 24;
+  auto task = make_flipflop(fc);
+  for (auto m : {Mechanism::path, Mechanism::rope}) {
+    torch::manual_seed(6);
+    auto cfg = tiny(m, task->vocab());
+    cfg.d_model = 64;
+    Transformer model(cfg);
+    std::mt19937_64 rng(6);
+    auto b = task->sample(8, rng);
+    torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(3e-3).weight_decay(0.0));
+    double first = 0, last = 0;
+    for (int s = 0; s < 150; ++s) {
+      opt.zero_grad();
+      auto loss = masked_loss(model->forward(b.input), b);
+      loss.backward();
+      opt.step();
+      if (s == 0) first = loss.item<double>();
+      last = loss.item<double>();
+    }
+    EXPECT_LT(last, test_tol::kOverfitRatio * first) << label(m) << ": loss " << first << " -> " << last;
+  }
+}
+
+TEST(Model, TinyFlipFlopRunBeatsChance) {
+  FlipFlopConfig fc;
+  fc.pairs = 16;
+  auto task = make_flipflop(fc);
+  torch::manual_seed(7);
+  auto cfg = tiny(Mechanism::path, task->vocab());
+  cfg.n_layer = 1;
+  Transformer model(cfg);
+  TrainConfig tc;
+  tc.steps = 150;
+  tc.batch = 16;
+  tc.warmup = 10;
+  tc.lr = 3e-3;
+  tc.eval_every = 0;
+  tc.eval_size = 128;
+  tc.log_every = 0;
+  auto r = train(model, *task, tc, "tiny");
+  EXPECT_LT(r.final_eval.error.at("in_dist"), test_tol::kTinyRunError);
+}
+
+// Training 12 steps straight equals 6 steps, a checkpoint, and 6 more steps after a resume.
+TEST(Model, CheckpointResumeIsExact) {
+  FlipFlopConfig fc;
+  fc.pairs = 8;
+  auto task = make_flipflop(fc);
+  auto cfg = tiny(Mechanism::path, task->vocab());
+  TrainConfig tc;
+  tc.steps = 12;
+  tc.batch = 4;
+  tc.warmup = 3;
+  tc.eval_every = 6;
+  tc.eval_size = 8;
+  tc.log_every = 0;
+  tc.ckpt_every = 6;
+  auto dir = temp_dir("resume");
+  torch::manual_seed(8);
+  Transformer straight(cfg);
+  train(straight, *task, tc, "straight");
+
+  // Train to step 6 with a 12-step schedule, checkpoint, stop; then resume a fresh model from it.
+  torch::manual_seed(8);
+  Transformer six(cfg);
+  auto to6 = tc;
+  to6.out_dir = (dir / "six").string();
+  to6.ckpt_every = 6;
+  to6.stop_error = 2.0;  // stop at the first evaluation (step 6), after its checkpoint
+  train(six, *task, to6, "six");
+  torch::manual_seed(99);
+  Transformer resumed(cfg);
+  auto res = tc;
+  res.out_dir = (dir / "six").string();
+  res.resume = true;
+  auto r = train(resumed, *task, res, "resumed");
+  EXPECT_EQ(r.steps_done, 12);
+  auto pa = straight->parameters(), pb = resumed->parameters();
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::allclose(pa[i], pb[i], 0, 0)) << "parameter " << i;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Model, LearningRateSchedule) {
+  TrainConfig tc;
+  tc.steps = 100;
+  tc.warmup = 10;
+  tc.lr = 1.0;
+  tc.min_lr_ratio = 0.1;
+  EXPECT_DOUBLE_EQ(lr_at(tc, 0), 0.1);
+  EXPECT_DOUBLE_EQ(lr_at(tc, 9), 1.0);
+  EXPECT_NEAR(lr_at(tc, 55), 0.55, 1e-12);  // half way through the cosine
+  EXPECT_NEAR(lr_at(tc, 100), 0.1, 1e-12);
+}
+
+TEST(Model, BadConfigurationIsRejected) {
+  ModelConfig c;
+  c.vocab = 5;
+  c.d_model = 30;
+  c.n_head = 4;
+  EXPECT_THROW(Transformer{c}, std::invalid_argument);
+  EXPECT_THROW(parse_mechanism("alibi"), std::invalid_argument);
+}
