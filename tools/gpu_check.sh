@@ -2,7 +2,8 @@
 # The whole GPU check in one call (the device machine is costly to start): build, the gpu tests, compute-sanitizer
 # memcheck + racecheck on small cases, then the forward benchmark beside SDPA and fla. Logs go under $OUT.
 #
-#   tools/gpu_check.sh [all|test|bench]      (run from the repository root on the H200 machine)
+#   tools/gpu_check.sh [all|test|bench|quick]   (run from the repository root on the H200 machine)
+#   quick: the gpu tests and bench_fwd with per-stage times, no sanitizer, no baselines
 #
 # Expects third_party_fetched/googletest (a copy of /usr/src/googletest; the GPU image has no gtest) and
 # third_party_fetched/fla (a work tree of fla-org/flash-linear-attention) to be carried along (git-ignored).
@@ -37,7 +38,7 @@ fi
 note "build: ok ($(( $(date +%s) - t0 )) s)"
 grep -A2 "Compiling entry function.*fwd_kernel" "$OUT/build.log" | grep -E "entry|registers|spill" | tail -24 >> "$SUMMARY" || true
 
-if [ "$MODE" = all ] || [ "$MODE" = test ]; then
+if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ]; then
   t0=$(date +%s)
   (cd build-gpu && ctest -L gpu -j 16 --output-on-failure --timeout 300) > "$OUT/tests.log" 2>&1
   note "gpu tests: $(grep -E 'tests passed|tests failed' "$OUT/tests.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
@@ -45,6 +46,7 @@ if [ "$MODE" = all ] || [ "$MODE" = test ]; then
   # Per-case errors (o / lse / kcache against the f64 reference and the low-precision baseline), one run.
   build-gpu/tests/cuda/test_cuda_forward > "$OUT/errors.log" 2>&1 || true
 
+  if [ "$MODE" != quick ]; then
   SMALL='*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16:CudaSupport.*'
   for tool in memcheck racecheck; do
     t0=$(date +%s)
@@ -54,6 +56,10 @@ if [ "$MODE" = all ] || [ "$MODE" = test ]; then
     note "compute-sanitizer $tool: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_one.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
     { echo "==== $tool"; cat "$OUT/sanitizer_one.log"; } >> "$OUT/sanitizer.log"; rm -f "$OUT/sanitizer_one.log"
   done
+  fi
+fi
+if [ "$MODE" = quick ]; then
+  PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --iters 5 --csv "$OUT/ours.csv" 2>&1 | grep -v "gate\|kcache" | tail -14 | tee "$OUT/bench.log"
 fi
 
 if [ "$MODE" = all ] || [ "$MODE" = bench ]; then

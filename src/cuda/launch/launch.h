@@ -11,6 +11,8 @@ namespace pathattn::cuda {
 void launch_gate(const Params& p, cudaStream_t stream);
 template <typename T, int D>
 void launch_prep(const Params& p, cudaStream_t stream);
+template <typename T, int D>
+void launch_prep_tc(const Params& p, cudaStream_t stream);
 template <typename T, int D, bool kGate>
 void launch_fwd(const Params& p, cudaStream_t stream);
 template <typename T, int D>
