@@ -31,7 +31,7 @@ if ! ls /usr/lib/x86_64-linux-gnu/cmake/GTest /usr/local/lib/cmake/GTest >/dev/n
 fi
 
 t0=$(date +%s)
-if ! { cmake -S . -B build-gpu -DPATHATTN_TORCH=OFF -DPATHATTN_CUDA=ON -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) \
+if ! { cmake -S . -B build-gpu -DPATHATTN_TORCH=OFF -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=ON -DPATHATTN_BENCH=ON -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) \
          "${PREFIX_ARGS[@]}" && make -C build-gpu -j16 test_cuda_forward bench_fwd; } > "$OUT/build.log" 2>&1; then
   note "BUILD FAILED (see build.log)"; tail -30 "$OUT/build.log"; exit 1
 fi

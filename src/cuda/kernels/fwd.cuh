@@ -17,11 +17,14 @@
 
 namespace pathattn::cuda {
 
+// Shared-memory tiles are unpadded rows of 16-byte chunks, the chunk index XOR-swizzled with the row (swz below),
+// so that the 8 rows one ldmatrix phase reads land on 8 distinct bank groups. The first version padded rows by
+// 16 bytes instead: 84 KB per CTA at D = 64, two CTAs per SM; unpadded it is 74 KB and three fit (228 KB/SM).
 template <int D>
 struct FwdSmem {
   static constexpr int C = kChunk;
-  static constexpr int LD = D + 8;     // halves per row: +16 bytes keeps ldmatrix rows on distinct banks
-  static constexpr int LDM = C + 8;
+  static constexpr int LD = D;
+  static constexpr int LDM = C;
   static constexpr int kMat = C * LD;  // elements of one C x D tile
   static constexpr int kStage = 4 * kMat;  // K (or K^), V, W, U
   static constexpr int kHalves = 2 * kStage + C * LDM;
@@ -29,6 +32,9 @@ struct FwdSmem {
 };
 
 namespace fwd_detail {
+
+// Element offset of (row, col) in a swizzled tile of row length ld (col % 8 == 0 for 16-byte accesses).
+__device__ __forceinline__ int swz(int row, int col, int ld) { return row * ld + ((((col >> 3) ^ row) & 7) | ((col >> 3) & ~7)) * 8 + (col & 7); }
 
 // A fragments (k blocks of 16) from an f32 accumulator tile [16 x 8*NT], optionally negated.
 template <typename T, int NT>
@@ -52,7 +58,7 @@ __device__ __forceinline__ void gemm_nt(float (&out)[NT][4], const uint32_t (&a)
 #pragma unroll
     for (int kk = 0; kk < KB; ++kk) {
       uint32_t r[4];
-      ldsm_x4(r, smem_addr(sb + (n2 * 16 + row) * ld + kk * 16 + col));
+      ldsm_x4(r, smem_addr(sb + swz(n2 * 16 + row, kk * 16 + col, ld)));
       mma16816<T>(out[2 * n2], a[kk], r[0], r[1]);
       mma16816<T>(out[2 * n2 + 1], a[kk], r[2], r[3]);
     }
@@ -68,7 +74,7 @@ __device__ __forceinline__ void gemm_nn(float (&out)[NT][4], const uint32_t (&a)
 #pragma unroll
     for (int n2 = 0; n2 < NT / 2; ++n2) {
       uint32_t r[4];
-      ldsm_x4_t(r, smem_addr(sb + (kk * 16 + row) * ld + n2 * 16 + col));
+      ldsm_x4_t(r, smem_addr(sb + swz(kk * 16 + row, n2 * 16 + col, ld)));
       mma16816<T>(out[2 * n2], a[kk], r[0], r[1]);
       mma16816<T>(out[2 * n2 + 1], a[kk], r[2], r[3]);
     }
@@ -88,14 +94,14 @@ __device__ __forceinline__ void load_tile(T* s, int ld, const T* g, int64_t row_
   for (int e = threadIdx.x; e < kChunk * kPieces; e += blockDim.x) {
     const int r = e / kPieces, c = (e % kPieces) * 8;
     const bool ok = r < valid;
-    cp_async16(s + r * ld + c, ok ? g + r * row_stride + c : g, ok ? 16 : 0);
+    cp_async16(s + swz(r, c, ld), ok ? g + r * row_stride + c : g, ok ? 16 : 0);
   }
 }
 
 }  // namespace fwd_detail
 
 template <typename T, int D, bool kGate>
-__global__ void __launch_bounds__(128, 1) fwd_kernel(Params p) {
+__global__ void __launch_bounds__(128, D == 64 ? 3 : 1) fwd_kernel(Params p) {
   using namespace fwd_detail;
   using S = FwdSmem<D>;
   constexpr int C = kChunk, LD = S::LD, LDM = S::LDM;

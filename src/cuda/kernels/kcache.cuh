@@ -34,11 +34,23 @@ __global__ void __launch_bounds__(256) kcache_kernel(Params p) {
     const ChunkInfo ci = p.chunks[c];
     const int64_t base = ((int64_t)c * p.H + h) * C * D;
     __syncthreads();  // the previous step's S update is complete; W, U, KY are free
-    for (int e = tid; e < C * D; e += blockDim.x) {
-      const int r = e / D, d = e % D;
-      sW[r * LD + d] = p.ws.w32[base + e];
-      sU[r * LD + d] = p.ws.u32[base + e];
-      sKY[r * LD + d] = p.ws.khat32[base + e];
+    {  // all loads in flight before the stores (unrolled, compile-time trip count)
+      constexpr int kIters = C * D / 256;
+      float a[kIters], b[kIters], c2[kIters];
+#pragma unroll
+      for (int it = 0; it < kIters; ++it) {
+        const int e = it * 256 + tid;
+        a[it] = p.ws.w32[base + e];
+        b[it] = p.ws.u32[base + e];
+        c2[it] = p.ws.khat32[base + e];
+      }
+#pragma unroll
+      for (int it = 0; it < kIters; ++it) {
+        const int e = it * 256 + tid, r = e / D, d = e % D;
+        sW[r * LD + d] = a[it];
+        sU[r * LD + d] = b[it];
+        sKY[r * LD + d] = c2[it];
+      }
     }
     __syncthreads();
     // kcache_j[d] = sum_e S[d][e] k^_j[e]

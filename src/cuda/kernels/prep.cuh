@@ -56,16 +56,27 @@ __global__ void __launch_bounds__(256) prep_kernel(Params p) {
   const T* k = static_cast<const T*>(p.k);
 
   // Load W, K (f32) and beta; zero rows past the chunk's end.
-  for (int e = tid; e < C * D; e += blockDim.x) {
-    const int r = e / D, d = e % D;
-    float wv = 0.f, kv = 0.f;
-    if (r < ci.len) {
-      const int64_t t = ci.t0 + r;
-      wv = load_w(p.w, ci.b * p.sw.b + t * p.sw.t + h * p.sw.h + d, p.w_is_bf16);
-      kv = TypeTraits<T>::to_float(k[ci.b * p.sk.b + t * p.sk.t + h * p.sk.h + d]);
+  // All loads of a thread are issued before the first use (a fully unrolled loop of compile-time length):
+  // the first version looped load -> store, and each iteration waited a full global-memory latency.
+  {
+    constexpr int kIters = C * D / 256;
+    float wv[kIters], kv[kIters];
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int e = it * 256 + tid, r = e / D, d = e % D;
+      wv[it] = kv[it] = 0.f;
+      if (r < ci.len) {
+        const int64_t t = ci.t0 + r;
+        wv[it] = load_w(p.w, ci.b * p.sw.b + t * p.sw.t + h * p.sw.h + d, p.w_is_bf16);
+        kv[it] = TypeTraits<T>::to_float(k[ci.b * p.sk.b + t * p.sk.t + h * p.sk.h + d]);
+      }
     }
-    sW[r * LD + d] = wv;
-    sK[r * LD + d] = kv;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int e = it * 256 + tid, r = e / D, d = e % D;
+      sW[r * LD + d] = wv[it];
+      sK[r * LD + d] = kv[it];
+    }
   }
   for (int r = tid; r < C; r += blockDim.x)
     sBeta[r] = r < ci.len ? p.beta[ci.b * p.sbeta.b + (int64_t)(ci.t0 + r) * p.sbeta.t + h * p.sbeta.h] : 0.f;

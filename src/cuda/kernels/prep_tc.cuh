@@ -16,7 +16,8 @@ namespace pathattn::cuda {
 
 namespace prep_tc_detail {
 constexpr int C = kChunk;
-constexpr int LS = C + 4;  // f32 row stride of C x C tiles: 4 (mod 32) keeps fragment loads on distinct banks
+constexpr int LS = C + 8;  // f32 row stride of C x C tiles: 8 (mod 32) keeps both fragment patterns
+                           // (g * LS + t and t * LS + g, g < 8, t < 4) on distinct banks
 
 __device__ __forceinline__ uint32_t tf32(float x) {
   uint32_t r;
@@ -52,13 +53,13 @@ __device__ __forceinline__ void zero_acc(float (&x)[NT][4]) {
 
 template <int D>
 constexpr int prep_tc_smem_bytes() {
-  return (2 * kChunk * (D + 4) + 3 * kChunk * prep_tc_detail::LS + 3 * 16 * 16 + kChunk) * 4;
+  return (2 * kChunk * (D + 8) + 3 * kChunk * prep_tc_detail::LS + 3 * 16 * 16 + kChunk) * 4;
 }
 
 template <typename T, int D>
 __global__ void __launch_bounds__(128) prep_tc_kernel(Params p) {
   using namespace prep_tc_detail;
-  constexpr int LW = D + 4;
+  constexpr int LW = D + 8;
   constexpr int NTD = D / 8, NTC = C / 8;
   extern __shared__ float smem[];
   float* sW = smem;            // [C][LW]  w rows
@@ -75,16 +76,27 @@ __global__ void __launch_bounds__(128) prep_tc_kernel(Params p) {
   const ChunkInfo ci = p.chunks[gc];
   const T* k = static_cast<const T*>(p.k);
 
-  for (int e = tid; e < C * D; e += blockDim.x) {
-    const int r = e / D, d = e % D;
-    float wv = 0.f, kv = 0.f;
-    if (r < ci.len) {
-      const int64_t t = ci.t0 + r;
-      wv = load_w(p.w, ci.b * p.sw.b + t * p.sw.t + h * p.sw.h + d, p.w_is_bf16);
-      kv = TypeTraits<T>::to_float(k[ci.b * p.sk.b + t * p.sk.t + h * p.sk.h + d]);
+  // All loads of a thread are issued before the first use (a fully unrolled loop of compile-time length):
+  // the first version looped load -> store, and each iteration waited a full global-memory latency.
+  {
+    constexpr int kIters = C * D / 128;
+    float wv[kIters], kv[kIters];
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int e = it * 128 + tid, r = e / D, d = e % D;
+      wv[it] = kv[it] = 0.f;
+      if (r < ci.len) {
+        const int64_t t = ci.t0 + r;
+        wv[it] = load_w(p.w, ci.b * p.sw.b + t * p.sw.t + h * p.sw.h + d, p.w_is_bf16);
+        kv[it] = TypeTraits<T>::to_float(k[ci.b * p.sk.b + t * p.sk.t + h * p.sk.h + d]);
+      }
     }
-    sW[r * LW + d] = wv;
-    sK[r * LW + d] = kv;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int e = it * 128 + tid, r = e / D, d = e % D;
+      sW[r * LW + d] = wv[it];
+      sK[r * LW + d] = kv[it];
+    }
   }
   for (int e = tid; e < C * LS; e += blockDim.x) sT[e] = 0.f;
   for (int r = tid; r < C; r += blockDim.x)
