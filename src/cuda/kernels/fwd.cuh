@@ -20,11 +20,14 @@ namespace pathattn::cuda {
 // Shared-memory tiles are unpadded rows of 16-byte chunks, the chunk index XOR-swizzled with the row (swz below),
 // so that the 8 rows one ldmatrix phase reads land on 8 distinct bank groups. The first version padded rows by
 // 16 bytes instead: 84 KB per CTA at D = 64, two CTAs per SM; unpadded it is 74 KB and three fit (228 KB/SM).
+// D = 128 keeps the padded layout: one CTA per SM either way (137 KB), and the swizzle's index arithmetic cost
+// that register-bound variant spills (measured 26.3 -> 28.3 ms at 32 x 4096, docs/perf/notes.md).
 template <int D>
 struct FwdSmem {
   static constexpr int C = kChunk;
-  static constexpr int LD = D;
-  static constexpr int LDM = C;
+  static constexpr bool kSwizzle = D == 64;
+  static constexpr int LD = kSwizzle ? D : D + 8;
+  static constexpr int LDM = kSwizzle ? C : C + 8;
   static constexpr int kMat = C * LD;  // elements of one C x D tile
   static constexpr int kStage = 4 * kMat;  // K (or K^), V, W, U
   static constexpr int kHalves = 2 * kStage + C * LDM;
@@ -33,8 +36,14 @@ struct FwdSmem {
 
 namespace fwd_detail {
 
-// Element offset of (row, col) in a swizzled tile of row length ld (col % 8 == 0 for 16-byte accesses).
-__device__ __forceinline__ int swz(int row, int col, int ld) { return row * ld + ((((col >> 3) ^ row) & 7) | ((col >> 3) & ~7)) * 8 + (col & 7); }
+// Element offset of (row, col) in a tile of row length ld; swizzled: the 16-byte chunk index XOR row % 8.
+template <bool kSwz>
+__device__ __forceinline__ int swz(int row, int col, int ld) {
+  if constexpr (kSwz)
+    return row * ld + ((((col >> 3) ^ row) & 7) | ((col >> 3) & ~7)) * 8 + (col & 7);
+  else
+    return row * ld + col;
+}
 
 // A fragments (k blocks of 16) from an f32 accumulator tile [16 x 8*NT], optionally negated.
 template <typename T, int NT>
@@ -49,7 +58,7 @@ __device__ __forceinline__ void to_a_frags(const float (&acc)[NT][4], uint32_t (
 }
 
 // out[16 x 8*NT] (+)= A[16 x 16*KB] * B^T, with B stored [n][k] row-major (K, K^, W) at `sb`, row stride ld.
-template <typename T, int NT, int KB>
+template <typename T, int NT, int KB, bool kSwz>
 __device__ __forceinline__ void gemm_nt(float (&out)[NT][4], const uint32_t (&a)[KB][4], const T* sb, int ld) {
   const int lane = threadIdx.x % 32;
   const int row = (lane / 16) * 8 + lane % 8, col = ((lane / 8) % 2) * 8;
@@ -58,14 +67,14 @@ __device__ __forceinline__ void gemm_nt(float (&out)[NT][4], const uint32_t (&a)
 #pragma unroll
     for (int kk = 0; kk < KB; ++kk) {
       uint32_t r[4];
-      ldsm_x4(r, smem_addr(sb + swz(n2 * 16 + row, kk * 16 + col, ld)));
+      ldsm_x4(r, smem_addr(sb + swz<kSwz>(n2 * 16 + row, kk * 16 + col, ld)));
       mma16816<T>(out[2 * n2], a[kk], r[0], r[1]);
       mma16816<T>(out[2 * n2 + 1], a[kk], r[2], r[3]);
     }
 }
 
 // out[16 x 8*NT] += A[16 x 16*KB] * B, with B stored [k][n] row-major (V, U, M) at `sb`, row stride ld.
-template <typename T, int NT, int KB>
+template <typename T, int NT, int KB, bool kSwz>
 __device__ __forceinline__ void gemm_nn(float (&out)[NT][4], const uint32_t (&a)[KB][4], const T* sb, int ld) {
   const int lane = threadIdx.x % 32;
   const int row = ((lane / 8) % 2) * 8 + lane % 8, col = (lane / 16) * 8;
@@ -74,7 +83,7 @@ __device__ __forceinline__ void gemm_nn(float (&out)[NT][4], const uint32_t (&a)
 #pragma unroll
     for (int n2 = 0; n2 < NT / 2; ++n2) {
       uint32_t r[4];
-      ldsm_x4_t(r, smem_addr(sb + swz(kk * 16 + row, n2 * 16 + col, ld)));
+      ldsm_x4_t(r, smem_addr(sb + swz<kSwz>(kk * 16 + row, n2 * 16 + col, ld)));
       mma16816<T>(out[2 * n2], a[kk], r[0], r[1]);
       mma16816<T>(out[2 * n2 + 1], a[kk], r[2], r[3]);
     }
@@ -88,13 +97,13 @@ __device__ __forceinline__ void zero(float (&x)[NT][4]) {
 
 // Copies a C x D tile whose rows are contiguous (workspace) or strided (inputs) into shared memory.
 // Rows >= valid are zero-filled.
-template <typename T, int D>
+template <typename T, int D, bool kSwz>
 __device__ __forceinline__ void load_tile(T* s, int ld, const T* g, int64_t row_stride, int valid) {
   constexpr int kPieces = D / 8;  // 16-byte pieces per row
   for (int e = threadIdx.x; e < kChunk * kPieces; e += blockDim.x) {
     const int r = e / kPieces, c = (e % kPieces) * 8;
     const bool ok = r < valid;
-    cp_async16(s + swz(r, c, ld), ok ? g + r * row_stride + c : g, ok ? 16 : 0);
+    cp_async16(s + swz<kSwz>(r, c, ld), ok ? g + r * row_stride + c : g, ok ? 16 : 0);
   }
 }
 
@@ -105,6 +114,7 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1) fwd_kernel(Params p) {
   using namespace fwd_detail;
   using S = FwdSmem<D>;
   constexpr int C = kChunk, LD = S::LD, LDM = S::LDM;
+  constexpr bool SW = S::kSwizzle;
   constexpr int NT = D / 8;   // n tiles over the head dimension
   constexpr int KD = D / 16;  // k blocks over the head dimension
   constexpr int NC8 = C / 8;  // n tiles over a key chunk
@@ -134,10 +144,10 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1) fwd_kernel(Params p) {
   auto ws_tile = [&](const T* base, int chunk) { return base + ((int64_t)chunk * p.H + h) * C * D; };
   auto issue_chunk = [&](int s, int chunk) {  // K^, V, W, U of an earlier (full) chunk
     const ChunkInfo cc = p.chunks[chunk];
-    load_tile<T, D>(stage(s, 0), LD, ws_tile(wsK, chunk), D, C);
-    load_tile<T, D>(stage(s, 1), LD, vin + cc.b * p.sv.b + (int64_t)cc.t0 * p.sv.t + h * p.sv.h, p.sv.t, cc.len);
-    load_tile<T, D>(stage(s, 2), LD, ws_tile(wsW, chunk), D, C);
-    load_tile<T, D>(stage(s, 3), LD, ws_tile(wsU, chunk), D, C);
+    load_tile<T, D, SW>(stage(s, 0), LD, ws_tile(wsK, chunk), D, C);
+    load_tile<T, D, SW>(stage(s, 1), LD, vin + cc.b * p.sv.b + (int64_t)cc.t0 * p.sv.t + h * p.sv.h, p.sv.t, cc.len);
+    load_tile<T, D, SW>(stage(s, 2), LD, ws_tile(wsW, chunk), D, C);
+    load_tile<T, D, SW>(stage(s, 3), LD, ws_tile(wsU, chunk), D, C);
     if constexpr (kGate) {
       if (threadIdx.x < C / 4) cp_async16(sGk + s * C + threadIdx.x * 4, p.ws.gl + ((int64_t)chunk * p.HQ + hq) * C + threadIdx.x * 4, 16);
     }
@@ -147,11 +157,11 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1) fwd_kernel(Params p) {
   // Prologue: the diagonal chunk's raw K, V, W, U, M (stage 0), then the next key chunk (stage 1).
   {
     const T* kin = static_cast<const T*>(p.k) + ci.b * p.sk.b + (int64_t)ci.t0 * p.sk.t + h * p.sk.h;
-    load_tile<T, D>(stage(0, 0), LD, kin, p.sk.t, ci.len);
-    load_tile<T, D>(stage(0, 1), LD, vin + ci.b * p.sv.b + (int64_t)ci.t0 * p.sv.t + h * p.sv.h, p.sv.t, ci.len);
-    load_tile<T, D>(stage(0, 2), LD, ws_tile(wsW, gc), D, C);
-    load_tile<T, D>(stage(0, 3), LD, ws_tile(wsU, gc), D, C);
-    load_tile<T, C>(sM, LDM, static_cast<const T*>(p.ws.m) + ((int64_t)gc * p.H + h) * C * C, C, C);
+    load_tile<T, D, SW>(stage(0, 0), LD, kin, p.sk.t, ci.len);
+    load_tile<T, D, SW>(stage(0, 1), LD, vin + ci.b * p.sv.b + (int64_t)ci.t0 * p.sv.t + h * p.sv.h, p.sv.t, ci.len);
+    load_tile<T, D, SW>(stage(0, 2), LD, ws_tile(wsW, gc), D, C);
+    load_tile<T, D, SW>(stage(0, 3), LD, ws_tile(wsU, gc), D, C);
+    load_tile<T, C, SW>(sM, LDM, static_cast<const T*>(p.ws.m) + ((int64_t)gc * p.H + h) * C * C, C, C);
     if constexpr (kGate) {
       if (threadIdx.x < C / 4) {
         const float* src = p.ws.gl + ((int64_t)gc * p.HQ + hq) * C + threadIdx.x * 4;
@@ -210,7 +220,7 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1) fwd_kernel(Params p) {
     }
     uint32_t pa[KC][4];
     to_a_frags<T, NC8>(s, pa, 1.f);
-    gemm_nn<T, NT, KC>(o, pa, sV, LD);
+    gemm_nn<T, NT, KC, SW>(o, pa, sV, LD);
   };
 
   if (gc > first) cp_async_wait<1>(); else cp_async_wait<0>();
@@ -223,8 +233,8 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1) fwd_kernel(Params p) {
     float s[NC8][4], x[NC8][4];
     zero(s);
     zero(x);
-    gemm_nt<T, NC8, KD>(s, qa, stage(0, 0), LD);  // Q K^T
-    gemm_nt<T, NC8, KD>(x, qa, stage(0, 2), LD);  // Q W^T
+    gemm_nt<T, NC8, KD, SW>(s, qa, stage(0, 0), LD);  // Q K^T
+    gemm_nt<T, NC8, KD, SW>(x, qa, stage(0, 2), LD);  // Q W^T
     // lower(): keep key j <= query i.
 #pragma unroll
     for (int nt = 0; nt < NC8; ++nt)
@@ -235,8 +245,8 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1) fwd_kernel(Params p) {
       }
     uint32_t xa[KC][4];
     to_a_frags<T, NC8>(x, xa, -1.f);
-    gemm_nn<T, NC8, KC>(s, xa, sM, LDM);         // S -= lower(Q W^T) M
-    gemm_nn<T, NT, KC>(qf, xa, stage(0, 3), LD);  // Q^ = Q - lower(Q W^T) U
+    gemm_nn<T, NC8, KC, SW>(s, xa, sM, LDM);         // S -= lower(Q W^T) M
+    gemm_nn<T, NT, KC, SW>(qf, xa, stage(0, 3), LD);  // Q^ = Q - lower(Q W^T) U
 #pragma unroll
     for (int nt = 0; nt < NC8; ++nt)
 #pragma unroll
@@ -267,7 +277,7 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1) fwd_kernel(Params p) {
     to_a_frags<T, NT>(qf, qa, 1.f);
     float s[NC8][4];
     zero(s);
-    gemm_nt<T, NC8, KD>(s, qa, stage(st, 0), LD);  // Q~ K^_c^T
+    gemm_nt<T, NC8, KD, SW>(s, qa, stage(st, 0), LD);  // Q~ K^_c^T
     float delta = 0.f;
     if constexpr (kGate) delta = static_cast<float>(goff_m - p.ws.goff[(int64_t)c * p.HQ + hq]);
 #pragma unroll
@@ -285,10 +295,10 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1) fwd_kernel(Params p) {
     if (c > first) {  // Q~ <- Q~ - (Q~ W_c^T) U_c: not needed after the sequence's first chunk
       float x[NC8][4];
       zero(x);
-      gemm_nt<T, NC8, KD>(x, qa, stage(st, 2), LD);
+      gemm_nt<T, NC8, KD, SW>(x, qa, stage(st, 2), LD);
       uint32_t xa[KC][4];
       to_a_frags<T, NC8>(x, xa, -1.f);
-      gemm_nn<T, NT, KC>(qf, xa, stage(st, 3), LD);
+      gemm_nn<T, NT, KC, SW>(qf, xa, stage(st, 3), LD);
     }
   }
 
