@@ -59,7 +59,9 @@ if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ]; then
   fi
 fi
 if [ "$MODE" = quick ]; then
-  PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --iters 5 --csv "$OUT/ours.csv" 2>&1 | grep -v "gate\|kcache" | tail -14 | tee "$OUT/bench.log"
+  # Per shape: the last run's stage times, then bench_fwd's row.
+  PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --iters 5 --csv "$OUT/ours.csv" > "$OUT/bench.log" 2>&1
+  awk '/profile\] prep/{p=$4} /profile\] main/{m=$4} /^ +[0-9]/{print $0, "  prep", p, "main", m; next} /^#|^ +B/' "$OUT/bench.log" | tee -a "$SUMMARY"
 fi
 
 if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
