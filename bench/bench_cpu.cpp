@@ -3,7 +3,8 @@
 // For B = 1, H = HQ = 4, D = DV = 64 and each T: the fast CPU path (Backend::cpu) and the reference
 // (Backend::reference, only up to --max-ref-T: its backward keeps T^2 D / 2 floats per head), forward and
 // forward+backward, and causal softmax attention composed from libtorch ops (matmul, masked softmax, matmul;
-// autograd for the backward) with the same thread count. Times are medians of --reps runs after one warm-up.
+// autograd for the backward) with the same thread count. Times are medians of --reps runs after one warm-up;
+// the fast path and the baseline are timed in turn so that a shared machine's load falls on both alike.
 //
 // FLOP model (per head, causal, counting only the useful lower triangle):
 //   attention      QK^T + PV:                      2 T^2 (D + DV) / 2 = T^2 (D + DV)
@@ -100,6 +101,31 @@ double median_ms(int reps, const std::function<void()>& f) {
   return ts[ts.size() / 2];
 }
 
+// Medians of several functions timed in turn (a, b, c, a, b, c, ...) after one warm-up each: on a shared
+// machine the load then falls on all of them alike, so their ratios stay meaningful.
+std::vector<double> interleaved_medians(int reps, const std::vector<std::function<void()>>& fs) {
+  double warm = 0;
+  for (const auto& f : fs) {
+    const double t0 = now_ms();
+    f();
+    warm = std::max(warm, now_ms() - t0);
+  }
+  if (warm > 5000) reps = 1;
+  std::vector<std::vector<double>> ts(fs.size());
+  for (int r = 0; r < reps; ++r)
+    for (size_t i = 0; i < fs.size(); ++i) {
+      const double t0 = now_ms();
+      fs[i]();
+      ts[i].push_back(now_ms() - t0);
+    }
+  std::vector<double> med;
+  for (auto& t : ts) {
+    std::sort(t.begin(), t.end());
+    med.push_back(t[t.size() / 2]);
+  }
+  return med;
+}
+
 // Model FLOPs of one forward (see the header comment), all heads.
 double path_fwd_flops(int64_t T) { return double(kB * kHQ) * (double(T) * T * (kD + kDV) + 2.0 * T * T * kD); }
 double softmax_fwd_flops(int64_t T) { return double(kB * kHQ) * double(T) * T * (kD + kDV); }
@@ -184,15 +210,57 @@ struct Row {
   double check = NAN;  // relative L2 difference of o and dq, fast path vs reference (both f32)
 };
 
-Row bench_path(int64_t T, const Options& opt) {
+#ifdef PATHATTN_BENCH_TORCH
+// Causal softmax attention from libtorch ops, [B, HQ, T, D] layout (torch's matmul batches the leading dims).
+struct SoftmaxProblem {
+  torch::Tensor q, k, v, dout, future;
+  double scale = 1.0 / std::sqrt(double(kD));
+  explicit SoftmaxProblem(int64_t T) {
+    torch::manual_seed(T);
+    auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+    q = torch::randn({kB, kHQ, T, kD}, f32).requires_grad_(true);
+    k = torch::randn({kB, kHQ, T, kD}, f32).requires_grad_(true);
+    v = torch::randn({kB, kHQ, T, kDV}, f32).requires_grad_(true);
+    dout = torch::randn({kB, kHQ, T, kDV}, f32);
+    future = torch::ones({T, T}, torch::kBool).triu(1);  // j > i: masked
+  }
+  torch::Tensor attend() {
+    torch::Tensor s = torch::matmul(q, k.transpose(-2, -1)) * scale;
+    return torch::matmul(torch::softmax(s.masked_fill(future, -INFINITY), -1), v);
+  }
+  void forward() {
+    torch::NoGradGuard no_grad;  // an inference forward: no graph kept
+    attend();
+  }
+  void forward_backward() {
+    for (torch::Tensor* t : {&q, &k, &v}) t->mutable_grad() = torch::Tensor();
+    attend().backward(dout);
+  }
+};
+#endif
+
+// One row of the table: the fast path and the baseline interleaved, then the reference on its own (slow).
+Row bench_row(int64_t T, const Options& opt) {
   Row r;
   r.T = T;
   PathProblem p(T, opt.gate);
-  r.path_fwd = median_ms(opt.reps, [&] { p.forward(Backend::cpu); });
-  r.path_fb = median_ms(opt.reps, [&] {
-    p.forward(Backend::cpu);
-    p.backward(Backend::cpu);
-  });
+  std::vector<std::function<void()>> fs = {[&] { p.forward(Backend::cpu); },
+                                           [&] {
+                                             p.forward(Backend::cpu);
+                                             p.backward(Backend::cpu);
+                                           }};
+#ifdef PATHATTN_BENCH_TORCH
+  SoftmaxProblem sm(T);
+  fs.push_back([&] { sm.forward(); });
+  fs.push_back([&] { sm.forward_backward(); });
+#endif
+  const std::vector<double> med = interleaved_medians(opt.reps, fs);
+  r.path_fwd = med[0];
+  r.path_fb = med[1];
+  if (med.size() == 4) {
+    r.sm_fwd = med[2];
+    r.sm_fb = med[3];
+  }
   if (T <= opt.max_ref_T) {
     const std::vector<float> o_fast = p.o, dq_fast = p.dq;
     r.ref_fwd = median_ms(opt.reps, [&] { p.forward(Backend::reference); });
@@ -204,33 +272,6 @@ Row bench_path(int64_t T, const Options& opt) {
   }
   return r;
 }
-
-#ifdef PATHATTN_BENCH_TORCH
-// Causal softmax attention from libtorch ops, [B, HQ, T, D] layout (torch's matmul batches the leading dims).
-void bench_softmax(Row& r, const Options& opt) {
-  const int64_t T = r.T;
-  torch::manual_seed(T);
-  auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
-  torch::Tensor q = torch::randn({kB, kHQ, T, kD}, f32).requires_grad_(true);
-  torch::Tensor k = torch::randn({kB, kHQ, T, kD}, f32).requires_grad_(true);
-  torch::Tensor v = torch::randn({kB, kHQ, T, kDV}, f32).requires_grad_(true);
-  torch::Tensor dout = torch::randn({kB, kHQ, T, kDV}, f32);
-  const torch::Tensor future = torch::ones({T, T}, torch::kBool).triu(1);  // j > i: masked
-  const double scale = 1.0 / std::sqrt(double(kD));
-  auto attend = [&] {
-    torch::Tensor s = torch::matmul(q, k.transpose(-2, -1)) * scale;
-    return torch::matmul(torch::softmax(s.masked_fill(future, -INFINITY), -1), v);
-  };
-  r.sm_fwd = median_ms(opt.reps, [&] {
-    torch::NoGradGuard no_grad;  // an inference forward: no graph kept
-    attend();
-  });
-  r.sm_fb = median_ms(opt.reps, [&] {
-    for (torch::Tensor* t : {&q, &k, &v}) t->mutable_grad() = torch::Tensor();
-    attend().backward(dout);
-  });
-}
-#endif
 
 std::string cpu_model() {
   std::ifstream f("/proc/cpuinfo");
@@ -277,8 +318,11 @@ int main(int argc, char** argv) {
 #else
   std::printf("pathattn OpenBLAS: off (loop GEMM)\n");
 #endif
-  std::printf("load average at start: %s\n", loadavg().c_str());
-  std::printf("shape: B = %lld, H = HQ = %lld, D = DV = %lld, f32, gate %s; median of %d after 1 warm-up\n",
+  // libgomp's waiting policy decides how idle threads wait at barriers; on a loaded machine it changed times by up
+  // to 50x (2026-11-29, 2 shared cores: softmax f+b at T = 256 took 214 ms unset, 4.3 ms with passive).
+  const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
+  std::printf("load average at start: %s; OMP_WAIT_POLICY=%s\n", loadavg().c_str(), wait_policy ? wait_policy : "(unset)");
+  std::printf("shape: B = %lld, H = HQ = %lld, D = DV = %lld, f32, gate %s; median of %d after 1 warm-up (PaTH and softmax interleaved)\n",
               (long long)kB, (long long)kHQ, (long long)kD, opt.gate ? "on" : "off", opt.reps);
   std::printf("FLOP model per head: PaTH fwd = T^2 (D + DV) + 2 T^2 D, softmax fwd = T^2 (D + DV) (causal, "
               "useful work), fwd+bwd = 3.5 x fwd\n\n");
@@ -290,10 +334,7 @@ int main(int argc, char** argv) {
   double prev_fb = NAN;
   int64_t prev_T = 0;
   for (int64_t T : opt.Ts) {
-    Row r = bench_path(T, opt);
-#ifdef PATHATTN_BENCH_TORCH
-    bench_softmax(r, opt);
-#endif
+    const Row r = bench_row(T, opt);
     // Growth of PaTH f+b time from the previous T, normalised so that 1.00 means "exactly as T^2".
     const double growth = prev_T > 0 ? (r.path_fb / prev_fb) / (double(T) * T / (double(prev_T) * prev_T)) : NAN;
     std::printf("| %lld | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", (long long)T,
