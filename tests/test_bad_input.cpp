@@ -1,20 +1,47 @@
 // Bad input at the API boundary: every invalid argument throws pathattn::Error whose message names the argument
 // and says what was expected; unsupported cases are answered by supports() with a reason, without throwing.
 // Views that claim Device::cuda carry a pointer that would crash if dereferenced: the checks must fire first.
-#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
+#include <vector>
+
+#if __has_include(<gmock/gmock.h>)
+#include <gmock/gmock.h>
+#define PATHATTN_HAVE_GMOCK 1
+#endif
 
 #include "harness.h"
 
 namespace pathattn::test {
 namespace {
 
+#ifdef PATHATTN_HAVE_GMOCK
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+#else
+// The GPU image builds googletest without gmock (tools/gpu_check.sh): the two matchers used here, for strings.
+struct Substrings {
+  std::vector<std::string> parts;
+};
+Substrings HasSubstr(std::string s) { return {{std::move(s)}}; }
+template <typename... M>
+Substrings AllOf(const M&... ms) {
+  Substrings all;
+  (all.parts.insert(all.parts.end(), ms.parts.begin(), ms.parts.end()), ...);
+  return all;
+}
+::testing::AssertionResult ContainsAll(const char* expr, const char*, const std::string& s, const Substrings& m) {
+  for (const std::string& p : m.parts)
+    if (s.find(p) == std::string::npos)
+      return ::testing::AssertionFailure() << expr << " = \"" << s << "\" has no substring \"" << p << "\"";
+  return ::testing::AssertionSuccess();
+}
+#define EXPECT_THAT(s, m) EXPECT_PRED_FORMAT2(ContainsAll, s, m)
+#endif
 
 // Runs f, which must throw pathattn::Error (not another exception type); returns the message.
 template <typename F>
