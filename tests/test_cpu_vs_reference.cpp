@@ -269,6 +269,30 @@ TEST(CpuThreads, ResultsDoNotDependOnThreadCount) {
   EXPECT_TRUE(one.guards_intact() && two.guards_intact());
 }
 
+// Outputs and gradients written through permuted (non-contiguous) views, [B, H, T, X] storage viewed as
+// [B, T, H, X]: the same numbers as contiguous outputs (the layout must not change the arithmetic), guards intact.
+TEST(CpuStrides, PermutedOutputsMatchContiguous) {
+  const Spec s{.B = 2, .T = 130, .H = 2, .HQ = 4, .D = 32, .DV = 16, .gate = true, .permuted = true, .seed = 13};
+  const Problem64 P = rounded_to_f32(s);
+  Case<float> c(P);
+  c.forward(Backend::cpu);
+  c.backward(Backend::cpu);
+  auto buf = [&](int64_t heads, int64_t dim) {
+    return dim ? Buffer<float>({s.B, s.T, heads, dim}, DType::f32, true) : Buffer<float>({s.B, s.T, heads}, DType::f32, true);
+  };
+  Buffer<float> o = buf(s.HQ, s.DV), lse = buf(s.HQ, 0), kc = buf(s.H, s.D), dq = buf(s.HQ, s.D), dk = buf(s.H, s.D),
+                dv = buf(s.H, s.DV), dw = buf(s.H, s.D), dbeta = buf(s.H, 0), dg = buf(s.HQ, 0);
+  forward(c.in, {o.view, lse.view, kc.view}, Backend::cpu);
+  backward(c.in, o.view, lse.view, c.dout.view, {dq.view, dk.view, dv.view, dw.view, dbeta.view, dg.view}, Backend::cpu);
+  for (auto [strided, contiguous, name] :
+       {std::tuple{&o, &c.o, "o"}, {&lse, &c.lse, "lse"}, {&kc, &c.kcache, "kcache"}, {&dq, &c.dq, "dq"},
+        {&dk, &c.dk, "dk"}, {&dv, &c.dv, "dv"}, {&dw, &c.dw, "dw"}, {&dbeta, &c.dbeta, "dbeta"}, {&dg, &c.dg, "dg"}}) {
+    const double e = rel_err(strided->to_vector(), contiguous->to_vector());
+    EXPECT_LT(e, tol::kLayoutRounding) << name << ": permuted vs contiguous output, relative difference " << e;
+    EXPECT_TRUE(strided->guards_intact()) << name;
+  }
+}
+
 // A long sequence: 4096 Householder factors in one product, forward only (the f64 reference backward would
 // keep T^2 D / 2 doubles = 1 GiB). The f64 forward keeps O(T D) and takes a few seconds.
 TEST(CpuLongSequence, Forward4096) {

@@ -31,6 +31,10 @@ constexpr double kF32ExactZeroAbs = 1e-5;
 // or doubled contribution is O(1e-2) or more.
 constexpr double kThreadCountRounding = 1e-5;
 
+// Permuted (non-contiguous) output views against contiguous ones: the layout may at most change how a path packs
+// and therefore sums (the same reordering as above); a wrong stride is O(1).
+constexpr double kLayoutRounding = kThreadCountRounding;
+
 // Low precision (bf16/f16 tensor-core operands) against the f64 reference: FlashAttention's rule, the error
 // must be at most this factor times the error of the same math done plainly in that precision, plus kAbs.
 constexpr double kLowPrecisionFactor = 2.0;
