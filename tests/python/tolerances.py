@@ -16,3 +16,9 @@ GRADCHECK_RTOL = 1e-5
 
 # Unit norm of the layer's w in f32: one normalisation, a few ulps of 6e-8.
 UNIT_NORM_ATOL = 1e-5
+
+# CUDA (bf16/f16 tensor-core operands) against the f64 reference: FlashAttention's rule, the error must be at most
+# this factor times the error of the same math done plainly in that precision, plus an absolute term (the same
+# numbers as kLowPrecisionFactor / kLowPrecisionAbs in tests/tolerances.h).
+LOW_PRECISION_FACTOR = 2.0
+LOW_PRECISION_ATOL = 1e-3

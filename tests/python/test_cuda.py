@@ -1,0 +1,70 @@
+# The op on CUDA tensors (bf16): forward against the f64 reference with FlashAttention's 2x rule; backward
+# either raises a RuntimeError saying it is not implemented (never a silent CPU fallback) or is correct.
+import pytest
+import torch
+
+from helpers import import_pathattn, random_inputs, reference
+from tolerances import LOW_PRECISION_ATOL, LOW_PRECISION_FACTOR
+
+pathattn = import_pathattn()
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device (this machine has only a CPU); runs on the H200 machine"
+)
+
+# The CUDA kernels take D = DV in {64, 128} (src/cuda/api.cu supports()).
+B, T, H, HQ, D = 1, 48, 2, 4, 64
+
+
+def cast(x, dtype, device="cpu"):
+    return {n: (t.to(device, dtype) if t is not None and t.is_floating_point() else t) for n, t in x.items()}
+
+
+def cuda_inputs(x):
+    """q, k, v in bf16, w, beta, g in f32 (SPEC 2), from bf16-rounded values so every path sees the same inputs."""
+    y = cast(x, torch.bfloat16)
+    y = {n: (t.to("cuda") if t is not None else None) for n, t in y.items()}
+    for n in ("w", "beta", "g"):
+        if y[n] is not None:
+            y[n] = y[n].float()
+    return y
+
+
+@pytest.mark.parametrize("gate", [False, True])
+def test_forward_bf16_against_f64(gate):
+    x = random_inputs(B, T, H, HQ, D, D, gate=gate, seed=11)
+    x = cast(cast(x, torch.bfloat16), torch.float64)  # the inputs every path sees, exactly
+    o_ref, lse_ref = reference(**x)
+    o_plain, _ = reference(**cast(x, torch.bfloat16))  # the same math done plainly in bf16
+    o, lse = pathattn.path_attention(**cuda_inputs(x), return_lse=True)
+    assert o.dtype == torch.bfloat16 and o.shape == (B, T, HQ, D) and lse.dtype == torch.float32
+    err = (o.double().cpu() - o_ref).abs().max().item()
+    err_plain = (o_plain.double() - o_ref).abs().max().item()
+    assert err <= LOW_PRECISION_FACTOR * err_plain + LOW_PRECISION_ATOL, (err, err_plain)
+    err_lse = (lse.double().cpu() - lse_ref).abs().max().item()
+    assert err_lse <= LOW_PRECISION_FACTOR * err_plain + LOW_PRECISION_ATOL, (err_lse, err_plain)
+
+
+def test_backward_raises_or_is_correct():
+    x = random_inputs(B, T, H, HQ, D, D, seed=12)
+    x = cast(cast(x, torch.bfloat16), torch.float64)
+    xc = cuda_inputs(x)
+    names = ["q", "k", "v", "w", "beta"]
+    for n in names:
+        xc[n].requires_grad_(True)
+    do = torch.randn(B, T, HQ, D, dtype=torch.float64)
+    o = pathattn.path_attention(**xc)
+    try:
+        o.backward(do.to("cuda", o.dtype))
+    except RuntimeError as e:
+        # Until the CUDA backward lands: a clear error, not a CPU fallback.
+        assert "backward" in str(e) and "not implemented" in str(e), str(e)
+        return
+    leaves64 = [x[n].clone().requires_grad_(True) for n in names]
+    leaves16 = [x[n].to(torch.bfloat16).requires_grad_(True) for n in names]
+    (reference(*leaves64)[0] * do).sum().backward()
+    (reference(*leaves16)[0] * do.to(torch.bfloat16)).sum().backward()
+    for n, l64, l16 in zip(names, leaves64, leaves16):
+        err = (xc[n].grad.double().cpu() - l64.grad).abs().max().item()
+        err_plain = (l16.grad.double() - l64.grad).abs().max().item()
+        assert err <= LOW_PRECISION_FACTOR * err_plain + LOW_PRECISION_ATOL, (n, err, err_plain)
