@@ -22,6 +22,9 @@ struct Case {
   std::string name;
 };
 
+// gtest names the parameter in test names; without this it prints the struct's bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 struct Problem {
   Tensor q, k, v, w, beta, g, cu, probe;  // probe [B, T, HQ, DV]: loss = sum(o * probe)
   std::optional<Tensor> gate() const { return g.defined() ? std::optional<Tensor>(g) : std::nullopt; }
