@@ -82,6 +82,15 @@ TEST_F(BadInput, WrongRankOfQ) {
   EXPECT_THAT(fwd(), AllOf(HasSubstr("q must have 4 dimensions [B, T, HQ, D]"), HasSubstr("got 3")));
 }
 
+TEST_F(BadInput, NegativeOrZeroSizesOfQ) {
+  for (TensorView* t : {&c.in.q, &c.in.k, &c.in.v, &c.in.w, &c.in.beta, &c.in.g}) t->sizes[1] = -3;  // T = -3
+  EXPECT_THAT(fwd(), AllOf(HasSubstr("q must have sizes B >= 0, T >= 0, HQ >= 1"), HasSubstr("got [1, -3, 4, 16]")));
+  Case<float> d(P);
+  d.in.q.sizes[2] = 0;  // no query heads
+  d.in.g = TensorView{};
+  EXPECT_THAT(error_of([&] { check_inputs(d.in); }), AllOf(HasSubstr("HQ >= 1"), HasSubstr("got [1, 8, 0, 16]")));
+}
+
 TEST_F(BadInput, WrongRankOfK) {
   c.in.k.ndim = 3;
   EXPECT_THAT(fwd(), AllOf(HasSubstr("k must have 4 dimensions [B, T, H, D]"), HasSubstr("got 3")));
@@ -362,6 +371,38 @@ TEST_F(BadInput, OutputOfWrongDtype) {
   out.lse = lse64.view;
   EXPECT_THAT(error_of([&] { forward(c.in, out); }),
               AllOf(HasSubstr("lse (output) must have dtype float32"), HasSubstr("got float64")));
+}
+
+TEST_F(BadInput, BroadcastOutput) {  // e.g. torch's expand(): every thread would write the same row
+  ForwardOutputs out = c.fwd_outputs(false);
+  out.o.strides[1] = 0;
+  EXPECT_THAT(error_of([&] { forward(c.in, out); }),
+              AllOf(HasSubstr("o (output) must not be a broadcast view"), HasSubstr("stride 0 in dimension 1")));
+  c.forward(Backend::automatic);
+  Gradients g = c.grads();
+  g.dbeta.strides[2] = 0;
+  EXPECT_THAT(error_of([&] { backward(c.in, c.o.view, c.lse.view, c.dout.view, g); }),
+              HasSubstr("dbeta (output) must not be a broadcast view"));
+}
+
+// ...while a broadcast dout (torch's grad of sum() is an expanded tensor) is only read: accepted, same gradients.
+TEST_F(BadInput, BroadcastOutputGradientIsValid) {
+  Buffer<float> row({1, 1, 1, 8}, DType::f32);
+  for (int d = 0; d < 8; ++d) row.data()[d] = 0.25f * d;
+  TensorView dout = row.view;
+  dout.ndim = 4;
+  dout.sizes[1] = 8;  // [1, 8, 4, 8] with strides [., 0, 0, 1]
+  dout.sizes[2] = 4;
+  dout.strides[1] = dout.strides[2] = 0;
+  for (int64_t t = 0; t < 8; ++t)
+    for (int64_t h = 0; h < 4; ++h)
+      for (int d = 0; d < 8; ++d) c.dout.data()[c.dout.off({0, t, h, d})] = 0.25f * d;
+  c.forward(Backend::automatic);
+  Case<float> b(P);
+  b.forward(Backend::automatic);
+  EXPECT_NO_THROW(backward(b.in, b.o.view, b.lse.view, dout, b.grads()));
+  c.backward(Backend::automatic);
+  EXPECT_EQ(b.dq.to_vector(), c.dq.to_vector());
 }
 
 TEST_F(BadInput, MissingOutput) {

@@ -78,9 +78,9 @@ void backward(const Inputs& in, const TensorView& o, const TensorView& lse, cons
   Problem p = make_problem(in, true);
   backend = resolve(p, backend);
   require_support(in, backend, true);
-  check_output(o, "o", {p.B, p.T, p.HQ, p.DV}, in.v.dtype, p);
-  check_output(lse, "lse", {p.B, p.T, p.HQ}, lse_dtype(p), p);
-  check_output(dout, "dout", {p.B, p.T, p.HQ, p.DV}, in.v.dtype, p);
+  check_output(o, "o", {p.B, p.T, p.HQ, p.DV}, in.v.dtype, p, /*written=*/false);
+  check_output(lse, "lse", {p.B, p.T, p.HQ}, lse_dtype(p), p, /*written=*/false);
+  check_output(dout, "dout", {p.B, p.T, p.HQ, p.DV}, in.v.dtype, p, /*written=*/false);
   check_output(grads.dq, "dq", {p.B, p.T, p.HQ, p.D}, in.q.dtype, p);
   check_output(grads.dk, "dk", {p.B, p.T, p.H, p.D}, in.k.dtype, p);
   check_output(grads.dv, "dv", {p.B, p.T, p.H, p.DV}, in.v.dtype, p);

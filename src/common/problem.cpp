@@ -141,6 +141,8 @@ Problem make_problem(const Inputs& in, bool check_values) {
   p.dtype = q.dtype;
   p.has_gate = in.g.defined();
   p.varlen = in.cu_seqlens.defined();
+  if (p.B < 0 || p.T < 0 || p.HQ < 1)
+    fail("q must have sizes B >= 0, T >= 0, HQ >= 1 in [B, T, HQ, D], got " + shape_str(q));
   if (p.D < 1) fail("q's head dimension D must be at least 1, got " + std::to_string(p.D));
   if (p.DV < 1) fail("v's head dimension DV must be at least 1, got " + std::to_string(p.DV));
   if (p.H < 1) fail("k must have at least one head, got H = " + std::to_string(p.H));
@@ -227,12 +229,17 @@ Problem make_problem(const Inputs& in, bool check_values) {
 }
 
 void check_output(const TensorView& t, const char* name, std::initializer_list<int64_t> sizes, DType dtype,
-                  const Problem& p) {
+                  const Problem& p, bool written) {
   if (!t.defined()) fail(std::string(name) + " (output) is required but was not given");
   bool ok = t.ndim == static_cast<int>(sizes.size());
   int i = 0;
   for (int64_t x : sizes) ok = ok && t.sizes[i++] == x;
   if (!ok) fail(std::string(name) + " (output) must have shape " + shape_str(sizes) + ", got " + shape_str(t));
+  // A broadcast view (torch's expand) as an output would have threads write the same elements.
+  for (int d = 0; written && d < t.ndim; ++d)
+    if (t.sizes[d] > 1 && t.strides[d] == 0)
+      fail(std::string(name) + " (output) must not be a broadcast view: stride 0 in dimension " + std::to_string(d) +
+           " of shape " + shape_str(t) + " makes its elements overlap");
   if (t.dtype != dtype)
     fail(std::string(name) + " (output) must have dtype " + dtype_name(dtype) + ", got " + dtype_name(t.dtype));
   if (t.device != p.device) fail(std::string(name) + " (output) must be on the device of q");

@@ -30,9 +30,10 @@ struct Problem {
 // With check_values, also reads beta, g and cu_seqlens (CPU only) for NaN, range and order.
 Problem make_problem(const Inputs& in, bool check_values);
 
-// Checks that an output view has the expected shape, dtype and device.
+// Checks that an output view has the expected shape, dtype and device; `written` views (not o, lse, dout read by
+// the backward) must also not be broadcast views (stride 0), whose elements would be written by several threads.
 void check_output(const TensorView& t, const char* name, std::initializer_list<int64_t> sizes, DType dtype,
-                  const Problem& p);
+                  const Problem& p, bool written = true);
 
 // Offset in elements of index (i0, i1, i2, i3) of a view (unused trailing indices are 0).
 inline int64_t offset(const TensorView& t, int64_t i0, int64_t i1 = 0, int64_t i2 = 0, int64_t i3 = 0) {
