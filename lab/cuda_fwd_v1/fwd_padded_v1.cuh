@@ -1,0 +1,310 @@
+// The main forward kernel: FlashAttention-2 over chunks with the query carried right to left
+// (docs/math.md Eq. 12, 13, 15, 16). One CTA of 4 warps per (query chunk m, query head); warp w owns the
+// chunk's query rows 16w..16w+15. Tensor cores through mma.sync m16n8k16 (HMMA), f32 accumulation.
+//
+//   diagonal:  S = lower(Q K^T) - lower(Q W^T) M          (Eq. 12, M = T b strict_lower(W K^T) from prep)
+//              Q~ = Q - lower(Q W^T) U                     (Eq. 13: the query carried to the chunk start)
+//   c = m-1 .. first:  S = Q~ K^_c^T                       (Eq. 15)
+//                      Q~ <- Q~ - (Q~ W_c^T) U_c           (Eq. 16)
+//   with FlashAttention's online softmax in base 2 over all S, O += P V_c.
+//
+// Q~ stays in f32 registers (accumulator layout); it becomes a bf16/f16 A operand for each product (SPEC 6).
+// Key chunks stream through two shared-memory stages with cp.async: chunk c-1 loads while chunk c computes.
+#pragma once
+
+#include "cuda/kernels/common.cuh"
+#include "cuda/params.h"
+
+namespace pathattn::cuda {
+
+template <int D>
+struct FwdSmem {
+  static constexpr int C = kChunk;
+  static constexpr int LD = D + 8;     // halves per row: +16 bytes keeps ldmatrix rows on distinct banks
+  static constexpr int LDM = C + 8;
+  static constexpr int kMat = C * LD;  // elements of one C x D tile
+  static constexpr int kStage = 4 * kMat;  // K (or K^), V, W, U
+  static constexpr int kHalves = 2 * kStage + C * LDM;
+  static constexpr int kBytes = kHalves * 2 + 3 * C * 4;  // + gate: query chunk, two key stages
+};
+
+namespace fwd_detail {
+
+// A fragments (k blocks of 16) from an f32 accumulator tile [16 x 8*NT], optionally negated.
+template <typename T, int NT>
+__device__ __forceinline__ void to_a_frags(const float (&acc)[NT][4], uint32_t (&a)[NT / 2][4], float sign) {
+#pragma unroll
+  for (int kk = 0; kk < NT / 2; ++kk) {
+    a[kk][0] = TypeTraits<T>::pack(sign * acc[2 * kk][0], sign * acc[2 * kk][1]);
+    a[kk][1] = TypeTraits<T>::pack(sign * acc[2 * kk][2], sign * acc[2 * kk][3]);
+    a[kk][2] = TypeTraits<T>::pack(sign * acc[2 * kk + 1][0], sign * acc[2 * kk + 1][1]);
+    a[kk][3] = TypeTraits<T>::pack(sign * acc[2 * kk + 1][2], sign * acc[2 * kk + 1][3]);
+  }
+}
+
+// out[16 x 8*NT] (+)= A[16 x 16*KB] * B^T, with B stored [n][k] row-major (K, K^, W) at `sb`, row stride ld.
+template <typename T, int NT, int KB>
+__device__ __forceinline__ void gemm_nt(float (&out)[NT][4], const uint32_t (&a)[KB][4], const T* sb, int ld) {
+  const int lane = threadIdx.x % 32;
+  const int row = (lane / 16) * 8 + lane % 8, col = ((lane / 8) % 2) * 8;
+#pragma unroll
+  for (int n2 = 0; n2 < NT / 2; ++n2)
+#pragma unroll
+    for (int kk = 0; kk < KB; ++kk) {
+      uint32_t r[4];
+      ldsm_x4(r, smem_addr(sb + (n2 * 16 + row) * ld + kk * 16 + col));
+      mma16816<T>(out[2 * n2], a[kk], r[0], r[1]);
+      mma16816<T>(out[2 * n2 + 1], a[kk], r[2], r[3]);
+    }
+}
+
+// out[16 x 8*NT] += A[16 x 16*KB] * B, with B stored [k][n] row-major (V, U, M) at `sb`, row stride ld.
+template <typename T, int NT, int KB>
+__device__ __forceinline__ void gemm_nn(float (&out)[NT][4], const uint32_t (&a)[KB][4], const T* sb, int ld) {
+  const int lane = threadIdx.x % 32;
+  const int row = ((lane / 8) % 2) * 8 + lane % 8, col = (lane / 16) * 8;
+#pragma unroll
+  for (int kk = 0; kk < KB; ++kk)
+#pragma unroll
+    for (int n2 = 0; n2 < NT / 2; ++n2) {
+      uint32_t r[4];
+      ldsm_x4_t(r, smem_addr(sb + (kk * 16 + row) * ld + n2 * 16 + col));
+      mma16816<T>(out[2 * n2], a[kk], r[0], r[1]);
+      mma16816<T>(out[2 * n2 + 1], a[kk], r[2], r[3]);
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void zero(float (&x)[NT][4]) {
+#pragma unroll
+  for (int i = 0; i < NT; ++i) x[i][0] = x[i][1] = x[i][2] = x[i][3] = 0.f;
+}
+
+// Copies a C x D tile whose rows are contiguous (workspace) or strided (inputs) into shared memory.
+// Rows >= valid are zero-filled.
+template <typename T, int D>
+__device__ __forceinline__ void load_tile(T* s, int ld, const T* g, int64_t row_stride, int valid) {
+  constexpr int kPieces = D / 8;  // 16-byte pieces per row
+  for (int e = threadIdx.x; e < kChunk * kPieces; e += blockDim.x) {
+    const int r = e / kPieces, c = (e % kPieces) * 8;
+    const bool ok = r < valid;
+    cp_async16(s + r * ld + c, ok ? g + r * row_stride + c : g, ok ? 16 : 0);
+  }
+}
+
+}  // namespace fwd_detail
+
+template <typename T, int D, bool kGate>
+__global__ void __launch_bounds__(128, 1) fwd_kernel(Params p) {
+  using namespace fwd_detail;
+  using S = FwdSmem<D>;
+  constexpr int C = kChunk, LD = S::LD, LDM = S::LDM;
+  constexpr int NT = D / 8;   // n tiles over the head dimension
+  constexpr int KD = D / 16;  // k blocks over the head dimension
+  constexpr int NC8 = C / 8;  // n tiles over a key chunk
+  constexpr int KC = C / 16;  // k blocks over a key chunk
+  constexpr float kLog2e = 1.4426950408889634f;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sm = reinterpret_cast<T*>(smem_raw);
+  T* sM = sm + 2 * S::kStage;                                     // [C][LDM]
+  float* sGq = reinterpret_cast<float*>(sm + S::kHalves);         // [C]   gate of the query chunk
+  float* sGk = sGq + C;                                           // [2][C] gate of the key chunk per stage
+  auto stage = [&](int s, int which) { return sm + s * S::kStage + which * S::kMat; };  // 0 K, 1 V, 2 W, 3 U
+
+  const int hq = blockIdx.x % p.HQ;
+  const int gc = p.order[blockIdx.x / p.HQ];
+  const int h = hq / p.group;
+  const ChunkInfo ci = p.chunks[gc];
+  const int first = ci.first;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const int r0 = warp * 16 + g;  // this thread's two query rows in the chunk: r0, r0 + 8
+
+  const T* wsK = static_cast<const T*>(p.ws.khat);
+  const T* wsW = static_cast<const T*>(p.ws.w);
+  const T* wsU = static_cast<const T*>(p.ws.u);
+  const T* vin = static_cast<const T*>(p.v);
+
+  auto ws_tile = [&](const T* base, int chunk) { return base + ((int64_t)chunk * p.H + h) * C * D; };
+  auto issue_chunk = [&](int s, int chunk) {  // K^, V, W, U of an earlier (full) chunk
+    const ChunkInfo cc = p.chunks[chunk];
+    load_tile<T, D>(stage(s, 0), LD, ws_tile(wsK, chunk), D, C);
+    load_tile<T, D>(stage(s, 1), LD, vin + cc.b * p.sv.b + (int64_t)cc.t0 * p.sv.t + h * p.sv.h, p.sv.t, cc.len);
+    load_tile<T, D>(stage(s, 2), LD, ws_tile(wsW, chunk), D, C);
+    load_tile<T, D>(stage(s, 3), LD, ws_tile(wsU, chunk), D, C);
+    if constexpr (kGate) {
+      if (threadIdx.x < C / 4) cp_async16(sGk + s * C + threadIdx.x * 4, p.ws.gl + ((int64_t)chunk * p.HQ + hq) * C + threadIdx.x * 4, 16);
+    }
+    cp_async_commit();
+  };
+
+  // Prologue: the diagonal chunk's raw K, V, W, U, M (stage 0), then the next key chunk (stage 1).
+  {
+    const T* kin = static_cast<const T*>(p.k) + ci.b * p.sk.b + (int64_t)ci.t0 * p.sk.t + h * p.sk.h;
+    load_tile<T, D>(stage(0, 0), LD, kin, p.sk.t, ci.len);
+    load_tile<T, D>(stage(0, 1), LD, vin + ci.b * p.sv.b + (int64_t)ci.t0 * p.sv.t + h * p.sv.h, p.sv.t, ci.len);
+    load_tile<T, D>(stage(0, 2), LD, ws_tile(wsW, gc), D, C);
+    load_tile<T, D>(stage(0, 3), LD, ws_tile(wsU, gc), D, C);
+    load_tile<T, C>(sM, LDM, static_cast<const T*>(p.ws.m) + ((int64_t)gc * p.H + h) * C * C, C, C);
+    if constexpr (kGate) {
+      if (threadIdx.x < C / 4) {
+        const float* src = p.ws.gl + ((int64_t)gc * p.HQ + hq) * C + threadIdx.x * 4;
+        cp_async16(sGq + threadIdx.x * 4, src, 16);  // the diagonal's keys share the query chunk's gate
+      }
+    }
+    cp_async_commit();
+  }
+  if (gc > first) issue_chunk(1, gc - 1);
+
+  // The query rows in f32, accumulator layout [16 x D] per warp (rows past the chunk's end are zero).
+  float qf[NT][4];
+  {
+    const T* qb = static_cast<const T*>(p.q) + ci.b * p.sq.b + (int64_t)ci.t0 * p.sq.t + hq * p.sq.h;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = r0 + 8 * half;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        float2 x = make_float2(0.f, 0.f);
+        if (r < ci.len) x = TypeTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(qb + r * p.sq.t + nt * 8 + 2 * t4));
+        qf[nt][2 * half] = x.x;
+        qf[nt][2 * half + 1] = x.y;
+      }
+    }
+  }
+
+  float o[NT][4];
+  zero(o);
+  float mx[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.f, 0.f};
+  const float sl2 = p.scale_log2;
+
+  // Online softmax of one block of logits s (already in base 2), then O += P V.
+  auto softmax_pv = [&](float (&s)[NC8][4], const T* sV) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float m = mx[half];
+#pragma unroll
+      for (int nt = 0; nt < NC8; ++nt) m = fmaxf(m, fmaxf(s[nt][2 * half], s[nt][2 * half + 1]));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      const float alpha = exp2f(mx[half] - m);  // mx = -inf on the first block: alpha = 0
+      mx[half] = m;
+      lsum[half] *= alpha;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        o[nt][2 * half] *= alpha;
+        o[nt][2 * half + 1] *= alpha;
+      }
+#pragma unroll
+      for (int nt = 0; nt < NC8; ++nt) {
+        s[nt][2 * half] = exp2f(s[nt][2 * half] - m);
+        s[nt][2 * half + 1] = exp2f(s[nt][2 * half + 1] - m);
+        lsum[half] += s[nt][2 * half] + s[nt][2 * half + 1];
+      }
+    }
+    uint32_t pa[KC][4];
+    to_a_frags<T, NC8>(s, pa, 1.f);
+    gemm_nn<T, NT, KC>(o, pa, sV, LD);
+  };
+
+  if (gc > first) cp_async_wait<1>(); else cp_async_wait<0>();
+  __syncthreads();
+
+  // ---- Diagonal chunk (Eq. 12, 13).
+  {
+    uint32_t qa[KD][4];
+    to_a_frags<T, NT>(qf, qa, 1.f);
+    float s[NC8][4], x[NC8][4];
+    zero(s);
+    zero(x);
+    gemm_nt<T, NC8, KD>(s, qa, stage(0, 0), LD);  // Q K^T
+    gemm_nt<T, NC8, KD>(x, qa, stage(0, 2), LD);  // Q W^T
+    // lower(): keep key j <= query i.
+#pragma unroll
+    for (int nt = 0; nt < NC8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = r0 + 8 * (e / 2), j = nt * 8 + 2 * t4 + e % 2;
+        if (j > i) x[nt][e] = 0.f;
+      }
+    uint32_t xa[KC][4];
+    to_a_frags<T, NC8>(x, xa, -1.f);
+    gemm_nn<T, NC8, KC>(s, xa, sM, LDM);         // S -= lower(Q W^T) M
+    gemm_nn<T, NT, KC>(qf, xa, stage(0, 3), LD);  // Q^ = Q - lower(Q W^T) U
+#pragma unroll
+    for (int nt = 0; nt < NC8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = r0 + 8 * (e / 2), j = nt * 8 + 2 * t4 + e % 2;
+        float l = s[nt][e] * sl2;
+        if constexpr (kGate) l += (sGq[i] - sGq[j]) * kLog2e;
+        s[nt][e] = j <= i ? l : -INFINITY;
+      }
+    softmax_pv(s, stage(0, 1));
+  }
+
+  // ---- Earlier chunks, right to left (Eq. 15, 16).
+  double goff_m = 0.0;
+  if constexpr (kGate) goff_m = p.ws.goff[(int64_t)gc * p.HQ + hq];
+  float gq[2] = {0.f, 0.f};
+  if constexpr (kGate) {
+    gq[0] = sGq[r0];
+    gq[1] = sGq[r0 + 8];
+  }
+  int st = 1;
+  for (int c = gc - 1; c >= first; --c, st ^= 1) {
+    cp_async_wait<0>();
+    __syncthreads();  // stage st is loaded, and every warp is done with stage st ^ 1
+    if (c > first) issue_chunk(st ^ 1, c - 1);
+
+    uint32_t qa[KD][4];
+    to_a_frags<T, NT>(qf, qa, 1.f);
+    float s[NC8][4];
+    zero(s);
+    gemm_nt<T, NC8, KD>(s, qa, stage(st, 0), LD);  // Q~ K^_c^T
+    float delta = 0.f;
+    if constexpr (kGate) delta = static_cast<float>(goff_m - p.ws.goff[(int64_t)c * p.HQ + hq]);
+#pragma unroll
+    for (int nt = 0; nt < NC8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float l = s[nt][e] * sl2;
+        if constexpr (kGate) {
+          const int j = nt * 8 + 2 * t4 + e % 2;
+          l += ((gq[e / 2] + delta) - sGk[st * C + j]) * kLog2e;
+        }
+        s[nt][e] = l;
+      }
+    softmax_pv(s, stage(st, 1));
+    if (c > first) {  // Q~ <- Q~ - (Q~ W_c^T) U_c: not needed after the sequence's first chunk
+      float x[NC8][4];
+      zero(x);
+      gemm_nt<T, NC8, KD>(x, qa, stage(st, 2), LD);
+      uint32_t xa[KC][4];
+      to_a_frags<T, NC8>(x, xa, -1.f);
+      gemm_nn<T, NT, KC>(qf, xa, stage(st, 3), LD);
+    }
+  }
+
+  // ---- Epilogue: O / l, lse = ln(sum exp) = (m2 + log2 l) ln 2.
+  T* ob = static_cast<T*>(p.o) + ci.b * p.so.b + (int64_t)ci.t0 * p.so.t + hq * p.so.h;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float l = lsum[half];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int r = r0 + 8 * half;
+    if (r < ci.len) {
+      const float inv = 1.f / l;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+        *reinterpret_cast<uint32_t*>(ob + r * p.so.t + nt * 8 + 2 * t4) =
+            TypeTraits<T>::pack(o[nt][2 * half] * inv, o[nt][2 * half + 1] * inv);
+      if (t4 == 0)
+        p.lse[ci.b * p.slse.b + (int64_t)(ci.t0 + r) * p.slse.t + hq * p.slse.h] =
+            (mx[half] + log2f(l)) * 0.6931471805599453f;
+    }
+  }
+}
+
+}  // namespace pathattn::cuda

@@ -1,0 +1,151 @@
+// Preprocess: per (chunk, kv head) the UT factor of the chunk's Householder product, in f32 (SPEC 6), and the
+// chunk-local matrices the main kernel multiplies on the tensor cores (docs/math.md Eq. 10-14):
+//   A = strict_lower(b W W^T),  T = (I + A)^{-1} (forward substitution),  U = T b W          (Eq. 10)
+//   M = T b strict_lower(W K^T)  (intra-chunk logits, Eq. 12),  K^ = K - M^T W  (Eq. 14)
+// One CTA of 256 threads per (chunk, kv head); everything lives in shared memory as f32.
+// Rows past the chunk's length are zero (W, K, beta), so every product is zero-padded to C = 64 rows.
+#pragma once
+
+#include "cuda/kernels/common.cuh"
+#include "cuda/params.h"
+
+namespace pathattn::cuda {
+
+namespace prep_detail {
+constexpr int C = kChunk;
+constexpr int LC = C + 1;  // padded row length of C x C f32 tiles (odd: conflict-free column walks)
+
+// acc[a][b] = sum_k X[(ty + 16a) * ldx + k] * Y[(tx + 16b) * ldy + k]   (C x C = X Y^T, 4x4 per thread)
+template <int K>
+__device__ __forceinline__ void tile_nt(const float* X, int ldx, const float* Y, int ldy, float (&acc)[4][4]) {
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+#pragma unroll
+  for (int a = 0; a < 4; ++a)
+#pragma unroll
+    for (int b = 0; b < 4; ++b) acc[a][b] = 0.f;
+#pragma unroll 8
+  for (int k = 0; k < K; ++k) {
+    float x[4], y[4];
+#pragma unroll
+    for (int a = 0; a < 4; ++a) x[a] = X[(ty + 16 * a) * ldx + k];
+#pragma unroll
+    for (int b = 0; b < 4; ++b) y[b] = Y[(tx + 16 * b) * ldy + k];
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int b = 0; b < 4; ++b) acc[a][b] = fmaf(x[a], y[b], acc[a][b]);
+  }
+}
+}  // namespace prep_detail
+
+template <typename T, int D>
+__global__ void __launch_bounds__(256) prep_kernel(Params p) {
+  using namespace prep_detail;
+  constexpr int LD = D + 1;
+  extern __shared__ float smem[];
+  float* sW = smem;             // [C][LD]  w rows (f32)
+  float* sK = sW + C * LD;      // [C][LD]  k rows
+  float* sA = sK + C * LD;      // [C][LC]  A, later M
+  float* sT = sA + C * LC;      // [C][LC]  T = (I + A)^{-1}
+  float* sX = sT + C * LC;      // [C][LC]  strict_lower(W K^T)
+  float* sBeta = sX + C * LC;   // [C]
+
+  const int gc = blockIdx.x, h = blockIdx.y;
+  const ChunkInfo ci = p.chunks[gc];
+  const int tid = threadIdx.x;
+  const T* k = static_cast<const T*>(p.k);
+
+  // Load W, K (f32) and beta; zero rows past the chunk's end.
+  for (int e = tid; e < C * D; e += blockDim.x) {
+    const int r = e / D, d = e % D;
+    float wv = 0.f, kv = 0.f;
+    if (r < ci.len) {
+      const int64_t t = ci.t0 + r;
+      wv = load_w(p.w, ci.b * p.sw.b + t * p.sw.t + h * p.sw.h + d, p.w_is_bf16);
+      kv = TypeTraits<T>::to_float(k[ci.b * p.sk.b + t * p.sk.t + h * p.sk.h + d]);
+    }
+    sW[r * LD + d] = wv;
+    sK[r * LD + d] = kv;
+  }
+  for (int r = tid; r < C; r += blockDim.x)
+    sBeta[r] = r < ci.len ? p.beta[ci.b * p.sbeta.b + (int64_t)(ci.t0 + r) * p.sbeta.t + h * p.sbeta.h] : 0.f;
+  __syncthreads();
+
+  // A = strict_lower(b W W^T) and X = strict_lower(W K^T) (Eq. 10, 12).
+  {
+    const int tx = tid % 16, ty = tid / 16;
+    float acc[4][4];
+    tile_nt<D>(sW, LD, sW, LD, acc);
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int i = ty + 16 * a, j = tx + 16 * b;
+        sA[i * LC + j] = i > j ? sBeta[i] * acc[a][b] : 0.f;
+      }
+    tile_nt<D>(sW, LD, sK, LD, acc);
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int i = ty + 16 * a, j = tx + 16 * b;
+        sX[i * LC + j] = i > j ? acc[a][b] : 0.f;
+      }
+  }
+  __syncthreads();
+
+  // T = (I + A)^{-1} by forward substitution, one column per thread: T[i][c] = [i == c] - sum_{c <= l < i} A[i][l] T[l][c].
+  // Columns are independent, so no barrier inside the loop.
+  if (tid < C) {
+    const int c = tid;
+    for (int i = 0; i < C; ++i) {
+      float s = 0.f;
+      for (int l = c; l < i; ++l) s = fmaf(sA[i * LC + l], sT[l * LC + c], s);
+      sT[i * LC + c] = i < c ? 0.f : (i == c ? 1.f : -s);
+    }
+  }
+  __syncthreads();
+
+  const int64_t base = ((int64_t)gc * p.H + h) * C;  // row index of this (chunk, head) in the workspace
+  T* gU = static_cast<T*>(p.ws.u) + base * D;
+  T* gW = static_cast<T*>(p.ws.w) + base * D;
+  T* gK = static_cast<T*>(p.ws.khat) + base * D;
+  T* gM = static_cast<T*>(p.ws.m) + base * C;
+
+  // U = T b W (Eq. 10), and W itself in the tensor-core dtype.
+  for (int e = tid; e < C * D; e += blockDim.x) {
+    const int i = e / D, d = e % D;
+    float s = 0.f;
+    for (int l = 0; l <= i; ++l) s = fmaf(sT[i * LC + l] * sBeta[l], sW[l * LD + d], s);
+    gU[e] = TypeTraits<T>::from_float(s);
+    gW[e] = TypeTraits<T>::from_float(sW[i * LD + d]);
+    if (p.ws.u32) {
+      p.ws.u32[base * D + e] = s;
+      p.ws.w32[base * D + e] = sW[i * LD + d];
+    }
+  }
+  // M = T b X into sA (A is no longer needed) (Eq. 12). M[i][j] = sum_{j < l <= i} T[i][l] b_l X[l][j].
+  for (int e = tid; e < C * C; e += blockDim.x) {
+    const int i = e / C, j = e % C;
+    float s = 0.f;
+    for (int l = j + 1; l <= i; ++l) s = fmaf(sT[i * LC + l] * sBeta[l], sX[l * LC + j], s);
+    sA[i * LC + j] = s;
+    gM[e] = TypeTraits<T>::from_float(s);
+  }
+  __syncthreads();
+  // K^ = K - M^T W (Eq. 14): k^_j = k_j - sum_{i > j} M[i][j] w_i.
+  for (int e = tid; e < C * D; e += blockDim.x) {
+    const int j = e / D, d = e % D;
+    float s = sK[j * LD + d];
+    for (int i = j + 1; i < C; ++i) s = fmaf(-sA[i * LC + j], sW[i * LD + d], s);
+    gK[e] = TypeTraits<T>::from_float(s);
+    if (p.ws.khat32) p.ws.khat32[base * D + e] = s;
+  }
+}
+
+template <int D>
+constexpr int prep_smem_bytes() {
+  return (2 * kChunk * (D + 1) + 3 * kChunk * (kChunk + 1) + kChunk) * 4;
+}
+
+}  // namespace pathattn::cuda
