@@ -33,6 +33,8 @@ int main(int argc, char** argv) {
   A5Config a5c;
   MqrarConfig mqc;
   int threads = 0;
+  // A repeated option takes its last value, so scripts can pass defaults and let the user override them.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--task", task_name, "flipflop | a5 | mqrar")->capture_default_str();
   app.add_option("--mechanism", mech, "path | path-fox | rope | fox | nope")->capture_default_str();
   app.add_option("--layers", mc.n_layer, "number of blocks")->capture_default_str();
