@@ -110,6 +110,12 @@ int set_num_threads(int n) {
 int num_threads() { return g_threads > 0 ? g_threads : omp_get_num_procs(); }
 
 void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
+  // One task runs inline: an OpenMP region for it only costs the wake-up (and, on a loaded machine, spinning
+  // workers: measured 2.8 s vs 13 ms for a small torch gradient test on 2 busy cores).
+  if (n <= 1) {
+    if (n == 1) fn(0);
+    return;
+  }
   const int threads = static_cast<int>(std::min<int64_t>(num_threads(), std::max<int64_t>(n, 1)));
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t i = 0; i < n; ++i) fn(i);
