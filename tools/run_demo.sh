@@ -44,9 +44,20 @@ for m in $mechanisms; do
 done
 end=$(date +%s)
 
+# The task of the runs (the last --task given wins, as in pathattn_train).
+task=flipflop
+args=("$@")
+for ((i = 0; i + 1 < ${#args[@]}; ++i)); do [[ "${args[i]}" == --task ]] && task="${args[i + 1]}"; done
+
 echo
-echo "Flip-flop error on the bits after reads (in_dist p_i = 0.8, sparse 0.98, dense 0.1), $(nproc) cores,"
-echo "total wall time $((end - start)) s. Paper (PaTH, Yang et al. 2025): PaTH 0%, RoPE 6.9% in distribution."
-/usr/bin/python3 "$repo/tools/plot_metrics.py" "${runs[@]}" --out "$out/flipflop.png" --table \
-  --title "flip-flop, 1 layer, 2 heads" --paper path=0 rope=6.9 | tee "$out/table.md"
-echo "plot: $out/flipflop.png   metrics: $out/<mechanism>/metrics.{csv,json}"
+if [[ "$task" == flipflop ]]; then
+  echo "Flip-flop error on the bits after reads (in_dist p_i = 0.8, sparse 0.98, dense 0.1), $(nproc) cores,"
+  echo "total wall time $((end - start)) s. Paper (PaTH, Yang et al. 2025): PaTH 0%, RoPE 6.9% in distribution."
+  paper=(--paper path=0 rope=6.9)
+else
+  echo "$task: error on the scored positions, $(nproc) cores, total wall time $((end - start)) s."
+  paper=()
+fi
+/usr/bin/python3 "$repo/tools/plot_metrics.py" "${runs[@]}" --out "$out/$task.png" --table \
+  --title "$task" "${paper[@]}" | tee "$out/table.md"
+echo "plot: $out/$task.png   metrics: $out/<mechanism>/metrics.{csv,json}"
