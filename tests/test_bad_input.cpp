@@ -220,6 +220,23 @@ TEST_F(BadInput, OutputOnAnotherDevice) {
   EXPECT_THAT(error_of([&] { forward(c.in, out); }), HasSubstr("o (output) must be on the device of q"));
 }
 
+// Same device type, another index: the output check compares the index too.
+TEST_F(BadInput, OutputOnAnotherCpuIndex) {
+  ForwardOutputs out = c.fwd_outputs(false);
+  out.lse.device_index = 1;
+  EXPECT_THAT(error_of([&] { forward(c.in, out); }),
+              AllOf(HasSubstr("lse (output) must be on the device of q (cpu:0)"), HasSubstr("got cpu:1")));
+}
+
+// In backward, o, lse and dout are read, not written: the message says so.
+TEST_F(BadInput, BackwardInputWrongShape) {
+  c.forward(Backend::cpu, false);
+  TensorView dout = c.dout.view;
+  dout.sizes[3] = 3;
+  EXPECT_THAT(error_of([&] { backward(c.in, c.o.view, c.lse.view, dout, c.grads()); }),
+              AllOf(HasSubstr("dout (backward input) must have shape"), HasSubstr("got [1, 8, 4, 3]")));
+}
+
 // Packed varlen batches (B == 1, cu_seqlens [N + 1], T = 8 here).
 struct BadCuSeqlens : BadInput {
   Buffer<int32_t> cu{{4}, DType::i32};

@@ -36,11 +36,14 @@ void check_shape(const TensorView& t, const char* name, const char* layout, std:
     fail(std::string(name) + " must have shape " + layout + " = " + shape_str(sizes) + ", got " + shape_str(t));
 }
 
+std::string device_str(Device d, int index) {
+  return std::string(d == Device::cuda ? "cuda" : "cpu") + ":" + std::to_string(index);
+}
+
 void check_same_device(const TensorView& t, const char* name, const TensorView& q) {
   if (t.device != q.device || t.device_index != q.device_index)
-    fail(std::string(name) + " must be on the same device as q (" + (q.device == Device::cuda ? "cuda" : "cpu") +
-         ":" + std::to_string(q.device_index) + "), got " + (t.device == Device::cuda ? "cuda" : "cpu") + ":" +
-         std::to_string(t.device_index));
+    fail(std::string(name) + " must be on the same device as q (" + device_str(q.device, q.device_index) + "), got " +
+         device_str(t.device, t.device_index));
 }
 
 void check_dtype(const TensorView& t, const char* name, std::initializer_list<DType> allowed) {
@@ -138,6 +141,7 @@ Problem make_problem(const Inputs& in, bool check_values) {
   p.H = in.k.sizes[2];
   p.DV = in.v.sizes[3];
   p.device = q.device;
+  p.device_index = q.device_index;
   p.dtype = q.dtype;
   p.has_gate = in.g.defined();
   p.varlen = in.cu_seqlens.defined();
@@ -230,19 +234,22 @@ Problem make_problem(const Inputs& in, bool check_values) {
 
 void check_output(const TensorView& t, const char* name, std::initializer_list<int64_t> sizes, DType dtype,
                   const Problem& p, bool written) {
-  if (!t.defined()) fail(std::string(name) + " (output) is required but was not given");
+  // Forward outputs and gradients are written; backward's o, lse and dout are read: name them accordingly.
+  const std::string what = std::string(name) + (written ? " (output)" : " (backward input)");
+  if (!t.defined()) fail(what + " is required but was not given");
   bool ok = t.ndim == static_cast<int>(sizes.size());
   int i = 0;
   for (int64_t x : sizes) ok = ok && t.sizes[i++] == x;
-  if (!ok) fail(std::string(name) + " (output) must have shape " + shape_str(sizes) + ", got " + shape_str(t));
+  if (!ok) fail(what + " must have shape " + shape_str(sizes) + ", got " + shape_str(t));
   // A broadcast view (torch's expand) as an output would have threads write the same elements.
   for (int d = 0; written && d < t.ndim; ++d)
     if (t.sizes[d] > 1 && t.strides[d] == 0)
-      fail(std::string(name) + " (output) must not be a broadcast view: stride 0 in dimension " + std::to_string(d) +
-           " of shape " + shape_str(t) + " makes its elements overlap");
-  if (t.dtype != dtype)
-    fail(std::string(name) + " (output) must have dtype " + dtype_name(dtype) + ", got " + dtype_name(t.dtype));
-  if (t.device != p.device) fail(std::string(name) + " (output) must be on the device of q");
+      fail(what + " must not be a broadcast view: stride 0 in dimension " + std::to_string(d) + " of shape " +
+           shape_str(t) + " makes its elements overlap");
+  if (t.dtype != dtype) fail(what + " must have dtype " + dtype_name(dtype) + ", got " + dtype_name(t.dtype));
+  if (t.device != p.device || t.device_index != p.device_index)
+    fail(what + " must be on the device of q (" + device_str(p.device, p.device_index) + "), got " +
+         device_str(t.device, t.device_index));
   check_pointer(t, name);
 }
 

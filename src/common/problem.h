@@ -22,6 +22,7 @@ struct Problem {
   bool has_gate = false;
   bool varlen = false;
   Device device = Device::cpu;
+  int device_index = 0;
   DType dtype = DType::f32;  // dtype of q, k, v, o
   std::vector<Segment> segments;
 };
