@@ -37,9 +37,14 @@ def main():
     ap.add_argument("--title", default="", help="figure title")
     ap.add_argument("--table", action="store_true", help="print a markdown table of the final errors")
     ap.add_argument("--paper", nargs="*", default=[], help="MECH=PERCENT: the paper's in-distribution error")
+    ap.add_argument("--positions", action="store_true",
+                    help="print the accuracy at each position of the first set (A5: accuracy per length)")
     args = ap.parse_args()
 
     runs = [read_run(r) for r in args.runs]
+    # Runs that differ in depth are told apart by it (A5 sweeps over layers).
+    if len({m.get("layers") for _, _, m in runs}) > 1:
+        runs = [(f"{label} L{meta.get('layers')}", rows, meta) for label, rows, meta in runs]
     sets = [c[: -len("_error")] for c in runs[0][1][0].keys() if c.endswith("_error")] if runs[0][1] else []
     fig, axes = plt.subplots(1, len(sets) + 1, figsize=(4.2 * (len(sets) + 1), 3.6))
     if len(sets) == 0:
@@ -69,15 +74,26 @@ def main():
 
     if args.table:
         paper = dict(p.split("=", 1) for p in args.paper)
-        head = "| mechanism | steps | train s | " + " | ".join(f"{s} error" for s in sets) + " | paper in-dist |"
+        head = "| mechanism | steps | train s | " + " | ".join(f"{s} error" for s in sets) + " |"
+        if paper:
+            head += " paper in-dist |"
         print(head)
         print("|" + " --- |" * (head.count("|") - 1))
         for label, rows, meta in runs:
             last = rows[-1]
             errs = " | ".join(f"{100 * float(last[s + '_error']):.3f}%" for s in sets)
             p = paper.get(label)
-            print(f"| {label} | {last['step']} | {meta.get('train_seconds', float('nan')):.0f} | {errs} | "
-                  f"{p + '%' if p is not None else 'n/a'} |")
+            line = f"| {label} | {last['step']} | {meta.get('train_seconds', float('nan')):.0f} | {errs} |"
+            if paper:
+                line += f" {p + '%' if p is not None else 'n/a'} |"
+            print(line)
+    if args.positions:
+        n = max(len(m.get("position_accuracy", [])) for _, _, m in runs)
+        print("| run | " + " | ".join(f"len {t + 1}" for t in range(n)) + " |")
+        print("|" + " --- |" * (n + 1))
+        for label, _, meta in runs:
+            acc = meta.get("position_accuracy", [])
+            print(f"| {label} | " + " | ".join(f"{100 * a:.1f}%" if a is not None else "-" for a in acc) + " |")
     return 0
 
 
