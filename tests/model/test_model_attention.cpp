@@ -2,6 +2,8 @@
 // cache against decoding, and the torch op (when built) against the fallback.
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "path_attention_torch.h"
 #include "path_op.h"
 #include "tolerances_model.h"
@@ -42,6 +44,11 @@ struct Case {
   int64_t B, T, HQ, H, D, DV, chunk;
   bool gate;
 };
+// Readable names for gtest (the default prints the struct's bytes, padding included).
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << "B" << c.B << "_T" << c.T << "_HQ" << c.HQ << "_H" << c.H << "_D" << c.D << "_DV" << c.DV << "_C" << c.chunk
+      << (c.gate ? "_gate" : "");
+}
 
 class ChunkedVsRecurrence : public ::testing::TestWithParam<Case> {};
 
@@ -57,7 +64,12 @@ INSTANTIATE_TEST_SUITE_P(Cases, ChunkedVsRecurrence,
                          ::testing::Values(Case{2, 37, 2, 2, 8, 8, 8, false},   // T not a multiple of C
                                            Case{1, 64, 4, 2, 16, 12, 16, true},  // GQA, gate, DV != D
                                            Case{2, 5, 1, 1, 4, 4, 64, false},    // one short chunk
-                                           Case{1, 50, 2, 1, 8, 8, 7, true}));  // MQA, odd chunk
+                                           Case{1, 50, 2, 1, 8, 8, 7, true}),  // MQA, odd chunk
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           std::ostringstream os;
+                           PrintTo(info.param, &os);
+                           return os.str();
+                         });
 
 // The key cache of a prefill of T tokens, extended by one recurrence step, reproduces the output at T + 1.
 TEST(ModelAttention, KeyCacheContinuesTheRecurrence) {
