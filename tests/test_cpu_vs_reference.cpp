@@ -269,6 +269,25 @@ TEST(CpuThreads, ResultsDoNotDependOnThreadCount) {
   EXPECT_TRUE(one.guards_intact() && two.guards_intact());
 }
 
+// Two calls with the same thread count give bitwise equal results (training runs must repeat exactly: a dynamic
+// split of the backward's key-chunk tasks once made dq, dw, dbeta differ at 1e-8 between calls).
+TEST(CpuThreads, RepeatedCallsAreBitwiseEqual) {
+  const Spec s{.B = 1, .T = 400, .H = 2, .HQ = 4, .D = 32, .DV = 32, .gate = true, .seed = 12};
+  const Problem64 P = rounded_to_f32(s);
+  for (int threads : {1, 2, 3}) {
+    ThreadCount t(threads);
+    Case<float> a(P), b(P);
+    for (Case<float>* c : {&a, &b}) {
+      c->forward(Backend::cpu);
+      c->backward(Backend::cpu);
+    }
+    for (auto [x, y, name] : {std::tuple{&a.o, &b.o, "o"}, {&a.lse, &b.lse, "lse"}, {&a.dq, &b.dq, "dq"},
+                              {&a.dk, &b.dk, "dk"}, {&a.dv, &b.dv, "dv"}, {&a.dw, &b.dw, "dw"},
+                              {&a.dbeta, &b.dbeta, "dbeta"}, {&a.dg, &b.dg, "dg"}})
+      EXPECT_TRUE(x->to_vector() == y->to_vector()) << name << " differs between two calls with " << threads << " threads";
+  }
+}
+
 // Outputs and gradients written through permuted (non-contiguous) views, [B, H, T, X] storage viewed as
 // [B, T, H, X]: the same numbers as contiguous outputs (the layout must not change the arithmetic), guards intact.
 TEST(CpuStrides, PermutedOutputsMatchContiguous) {

@@ -107,7 +107,8 @@ int set_num_threads(int n) {
   return prev;
 }
 
-int num_threads() { return g_threads > 0 ? g_threads : omp_get_num_procs(); }
+// Default: OpenMP's own default, i.e. OMP_NUM_THREADS when set, else every core.
+int num_threads() { return g_threads > 0 ? g_threads : omp_get_max_threads(); }
 
 void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
   // One task runs inline: an OpenMP region for it only costs the wake-up (and, on a loaded machine, spinning
