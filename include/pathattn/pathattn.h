@@ -112,6 +112,22 @@ void forward(const Inputs& in, const ForwardOutputs& out, Backend backend = Back
 void backward(const Inputs& in, const TensorView& o, const TensorView& lse, const TensorView& dout,
               const Gradients& grads, Backend backend = Backend::automatic);
 
+// Decoding (SPEC 4, docs/math.md Eq. 3, 17): the key cache of B sequences, owned by the caller.
+struct DecodeCache {
+  TensorView k;        // [B, Tmax, H, D] f32  rows [0, len): every key carried to its sequence's last token
+  TensorView v;        // [B, Tmax, H, DV] f32
+  TensorView gcum;     // [B, Tmax, HQ] f32 or f64  cumulative gates G_j; required iff the inputs have g
+                       // (f64 keeps G_i - G_j exact at long T, SPEC 6)
+  TensorView lengths;  // [B] int32  tokens in the cache per sequence; decode() adds S
+};
+
+// Appends S new tokens per sequence (`in` with T = S, no cu_seqlens) to `cache` and writes their o [B, S, HQ, DV]
+// and lse [B, S, HQ] (out.kcache unused). S = 1 is one decoding step; S > 1 (speculative decoding, chunked prefill
+// on a cache) carries the cache with one UT factor per 64 tokens instead of S rank-one updates. Equal, to
+// rounding, to forward() over the longer sequence. A prefill continues from forward()'s kcache with v and G copied.
+// CPU, float32.
+void decode(const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out, Backend backend = Backend::automatic);
+
 // Sets the number of threads the CPU paths use (0: all cores). Returns the previous value.
 int set_num_threads(int n);
 int num_threads();

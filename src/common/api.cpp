@@ -97,6 +97,40 @@ void backward(const Inputs& in, const TensorView& o, const TensorView& lse, cons
   }
 }
 
+void decode(const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out, Backend backend) {
+  if (in.cu_seqlens.defined())
+    throw Error("pathattn: decode takes no cu_seqlens: the cache holds B sequences with their own lengths");
+  Problem p = make_problem(in, true);
+  backend = resolve(p, backend);
+  if (backend != Backend::cpu || p.device != Device::cpu || p.dtype != DType::f32)
+    throw Error(std::string("pathattn: decode runs on CPU float32 tensors with Backend::cpu for now, got ") +
+                dtype_name(p.dtype) + " on " + (p.device == Device::cuda ? "cuda" : "cpu") + " with Backend::" +
+                backend_name(backend));
+  require_support(in, backend, false);
+  if (cache.k.ndim != 4) throw Error("pathattn: cache.k must have 4 dimensions [B, Tmax, H, D], got " + std::to_string(cache.k.ndim));
+  const int64_t Tmax = cache.k.sizes[1];
+  check_output(cache.k, "cache.k", {p.B, Tmax, p.H, p.D}, DType::f32, p);
+  check_output(cache.v, "cache.v", {p.B, Tmax, p.H, p.DV}, DType::f32, p);
+  if (p.has_gate) {
+    if (!cache.gcum.defined()) throw Error("pathattn: cache.gcum [B, Tmax, HQ] is required when g is given");
+    if (cache.gcum.dtype != DType::f32 && cache.gcum.dtype != DType::f64)
+      throw Error(std::string("pathattn: cache.gcum must have dtype float32 or float64, got ") + dtype_name(cache.gcum.dtype));
+    check_output(cache.gcum, "cache.gcum", {p.B, Tmax, p.HQ}, cache.gcum.dtype, p);
+  }
+  const TensorView& len = cache.lengths;
+  if (len.ndim != 1 || len.sizes[0] != p.B || len.dtype != DType::i32 || len.device != Device::cpu || !len.data)
+    throw Error("pathattn: cache.lengths must be a CPU int32 tensor [B] = [" + std::to_string(p.B) + "]");
+  for (int64_t b = 0; b < p.B; ++b) {
+    const int64_t l = static_cast<const int32_t*>(len.data)[b * len.strides[0]];
+    if (l < 0 || l + p.T > Tmax)
+      throw Error("pathattn: cache.lengths[" + std::to_string(b) + "] = " + std::to_string(l) + " plus the " +
+                  std::to_string(p.T) + " new tokens must fit the cache's Tmax = " + std::to_string(Tmax));
+  }
+  check_output(out.o, "o", {p.B, p.T, p.HQ, p.DV}, in.v.dtype, p);
+  check_output(out.lse, "lse", {p.B, p.T, p.HQ}, lse_dtype(p), p);
+  cpu::decode(p, in, cache, out);
+}
+
 namespace {
 int g_threads = 0;
 }
