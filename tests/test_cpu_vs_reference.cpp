@@ -29,6 +29,17 @@ struct Compared {
   std::vector<double> cpu, ref;
 };
 
+// The gradients of the CPU run c and the reference run r, paired by name (dg only with a gate).
+std::vector<Compared> gradient_pairs(const Case<float>& c, const Case<double>& r, bool gate) {
+  std::vector<Compared> g = {{"dq", c.dq.to_vector(), r.dq.to_vector()},
+                             {"dk", c.dk.to_vector(), r.dk.to_vector()},
+                             {"dv", c.dv.to_vector(), r.dv.to_vector()},
+                             {"dw", c.dw.to_vector(), r.dw.to_vector()},
+                             {"dbeta", c.dbeta.to_vector(), r.dbeta.to_vector()}};
+  if (gate) g.push_back({"dg", c.dg.to_vector(), r.dg.to_vector()});
+  return g;
+}
+
 // Every compared tensor below kF32VsF64 (relative L2) and free of NaN/inf (rel_err returns inf on any).
 // Prints the worst one, so that the margin to the tolerance is visible in every run.
 void expect_close(const std::vector<Compared>& xs, const Spec& s) {
@@ -81,13 +92,7 @@ TEST_P(CpuVsReference, ForwardAndBackward) {
   // Each backward uses its own forward's o and lse, as a training step would.
   c.backward(Backend::cpu);
   r.backward(Backend::reference);
-  std::vector<Compared> grads = {{"dq", c.dq.to_vector(), r.dq.to_vector()},
-                                 {"dk", c.dk.to_vector(), r.dk.to_vector()},
-                                 {"dv", c.dv.to_vector(), r.dv.to_vector()},
-                                 {"dw", c.dw.to_vector(), r.dw.to_vector()},
-                                 {"dbeta", c.dbeta.to_vector(), r.dbeta.to_vector()}};
-  if (s.gate) grads.push_back({"dg", c.dg.to_vector(), r.dg.to_vector()});
-  expect_close(grads, s);
+  expect_close(gradient_pairs(c, r, s.gate), s);
 
   EXPECT_TRUE(c.guards_intact()) << "the CPU path wrote outside an output";
   EXPECT_TRUE(r.guards_intact()) << "the reference wrote outside an output";
@@ -206,13 +211,8 @@ TEST_P(CpuVsReferenceAdversarial, ForwardAndBackward) {
   r.backward(Backend::reference);
   std::vector<Compared> xs = {{"o", c.o.to_vector(), r.o.to_vector()},
                               {"lse", c.lse.to_vector(), r.lse.to_vector()},
-                              {"kcache", c.kcache.to_vector(), r.kcache.to_vector()},
-                              {"dq", c.dq.to_vector(), r.dq.to_vector()},
-                              {"dk", c.dk.to_vector(), r.dk.to_vector()},
-                              {"dv", c.dv.to_vector(), r.dv.to_vector()},
-                              {"dw", c.dw.to_vector(), r.dw.to_vector()},
-                              {"dbeta", c.dbeta.to_vector(), r.dbeta.to_vector()}};
-  if (s.gate) xs.push_back({"dg", c.dg.to_vector(), r.dg.to_vector()});
+                              {"kcache", c.kcache.to_vector(), r.kcache.to_vector()}};
+  for (Compared& g : gradient_pairs(c, r, s.gate)) xs.push_back(std::move(g));
   expect_close(xs, s);
   EXPECT_TRUE(c.guards_intact());
 }
