@@ -4,6 +4,7 @@
 #
 #   tools/gpu_check.sh [all|test|bench|quick]   (run from the repository root on the H200 machine)
 #   quick: the gpu tests and bench_fwd with per-stage times, no sanitizer, no baselines
+#   ncu:   the gpu tests, then Nsight Compute on one 32 x 4096 (H 32, D 64) forward: each kernel once
 #
 # Expects third_party_fetched/googletest (a copy of /usr/src/googletest; the GPU image has no gtest) and
 # third_party_fetched/fla (a work tree of fla-org/flash-linear-attention) to be carried along (git-ignored).
@@ -38,7 +39,7 @@ fi
 note "build: ok ($(( $(date +%s) - t0 )) s)"
 grep -A2 "Compiling entry function.*fwd_kernel" "$OUT/build.log" | grep -E "entry|registers|spill" | tail -24 >> "$SUMMARY" || true
 
-if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ]; then
+if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ] || [ "$MODE" = ncu ]; then
   t0=$(date +%s)
   (cd build-gpu && ctest -L gpu -j 16 --output-on-failure --timeout 300) > "$OUT/tests.log" 2>&1
   note "gpu tests: $(grep -E 'tests passed|tests failed' "$OUT/tests.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
@@ -46,7 +47,7 @@ if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ]; then
   # Per-case errors (o / lse / kcache against the f64 reference and the low-precision baseline), one run.
   build-gpu/tests/cuda/test_cuda_forward > "$OUT/errors.log" 2>&1 || true
 
-  if [ "$MODE" != quick ]; then
+  if [ "$MODE" != quick ] && [ "$MODE" != ncu ]; then
   SMALL='*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16:CudaSupport.*'
   for tool in memcheck racecheck; do
     t0=$(date +%s)
@@ -62,6 +63,17 @@ if [ "$MODE" = quick ]; then
   # Per shape: the last run's stage times, then bench_fwd's row.
   PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --iters 5 --csv "$OUT/ours.csv" > "$OUT/bench.log" 2>&1
   awk '/profile\] prep/{p=$4} /profile\] main/{m=$4} /^ +[0-9]/{print $0, "  prep", p, "main", m; next} /^#|^ +B/' "$OUT/bench.log" | tee -a "$SUMMARY"
+fi
+
+if [ "$MODE" = ncu ]; then
+  # One warm-up call is profiled too (--iters 1 still warms up 3 times): skip it, keep the next call's kernels.
+  t0=$(date +%s)
+  ncu --clock-control none -k "regex:${NCU_KERNELS:-prep_tc|fwd_kernel}" --launch-skip ${NCU_SKIP:-2} --launch-count ${NCU_COUNT:-2} \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+    --section LaunchStats --section ComputeWorkloadAnalysis --section SchedulerStats \
+    build-gpu/bench/cuda/bench_fwd --iters 1 --shape ${NCU_SHAPE:-32,4096,32,64} > "$OUT/ncu.txt" 2>&1
+  note "ncu: rc=$? ($(( $(date +%s) - t0 )) s)"
+  grep -E "^  [a-z_]+.*\(|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Warp Cycles Per Issued|Issued Ipc|No Eligible|Stall|Shared Memory Configuration|Dynamic Shared" "$OUT/ncu.txt" | head -120 | tee -a "$SUMMARY"
 fi
 
 if [ "$MODE" = all ] || [ "$MODE" = bench ]; then

@@ -5,7 +5,7 @@
 // more C x C x D products per key chunk, docs/math.md Eq. 16), and % of 790 TFLOP/s (dense bf16 measured on
 // this H200, docs/perf/notes.md). Writes the rows as CSV for bench/cuda/baselines.py.
 //
-//   bench_fwd [--csv FILE] [--iters N] [--only D]
+//   bench_fwd [--csv FILE] [--iters N] [--only D] [--shape B,T,H,D]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -84,15 +84,22 @@ struct Shape {
 int main(int argc, char** argv) {
   std::string csv;
   int iters = 20, only_d = 0;
+  Shape one{0, 0, 0, 0};  // --shape: time this shape only (for profilers)
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
     else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only_d = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc &&
+             std::sscanf(argv[++i], "%d,%d,%d,%d", &one.B, &one.T, &one.H, &one.D) != 4) {
+      std::fprintf(stderr, "--shape expects B,T,H,D (four integers), got '%s'\n", argv[i]);
+      return 2;
+    }
   }
   std::vector<Shape> shapes;
   for (auto [H, D] : {std::pair{32, 64}, {16, 128}})
     for (auto [B, T] : {std::pair{32, 1024}, {32, 4096}, {8, 16384}})
       if (!only_d || only_d == D) shapes.push_back({B, T, H, D});
+  if (one.B > 0) shapes = {one};
 
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));

@@ -38,6 +38,7 @@ struct Workspace {
   void* u;        // [NC, H, C, D]  U = T b W (Eq. 10)
   void* w;        // [NC, H, C, D]  W in the tensor-core dtype
   void* m;        // [NC, H, C, C]  T b strict_lower(W K^T) (Eq. 12)
+  void* step;     // [NC, H, D, D]  E = -U^T W: the query's step across the chunk, Q~ <- Q~ + Q~ E^T (Eq. 32)
   float* khat32;  // [NC, H, C, D]  f32 copies for the key cache (kcache only, else null)
   float* u32;     // [NC, H, C, D]
   float* w32;     // [NC, H, C, D]
@@ -68,7 +69,7 @@ struct Params {
   float scale_log2;    // scale * log2(e): logits in base 2 (exp2 in the softmax)
   const ChunkInfo* chunks;  // [NC]
   const SeqInfo* seqs;      // [num_seqs]
-  const int* order;         // [NC] query chunks by decreasing work (longest first)
+  const int* order;         // [NC] query chunks in schedule order (api.cu: longest sequence first, last chunk first)
   Workspace ws;
 };
 

@@ -5,7 +5,8 @@
 //   diagonal:  S = lower(Q K^T) - lower(Q W^T) M          (Eq. 12, M = T b strict_lower(W K^T) from prep)
 //              Q~ = Q - lower(Q W^T) U                     (Eq. 13: the query carried to the chunk start)
 //   c = m-1 .. first:  S = Q~ K^_c^T                       (Eq. 15)
-//                      Q~ <- Q~ - (Q~ W_c^T) U_c           (Eq. 16)
+//                      Q~ <- Q~ + Q~ E_c^T,  E_c = -U_c^T W_c from prep   (Eq. 32: one D x D product instead
+//                                                          of the two C x D ones of Eq. 16)
 //   with FlashAttention's online softmax in base 2 over all S, O += P V_c.
 //
 // Q~ stays in f32 registers (accumulator layout); it becomes a bf16/f16 A operand for each product (SPEC 6).
@@ -29,7 +30,7 @@ struct FwdSmem {
   static constexpr int LD = kSwizzle ? D : D + 8;
   static constexpr int LDM = kSwizzle ? C : C + 8;
   static constexpr int kMat = C * LD;  // elements of one C x D tile
-  static constexpr int kStage = 4 * kMat;  // K (or K^), V, W, U
+  static constexpr int kStage = 4 * kMat;  // K (or K^), V, then W, U (diagonal) or E (D x D: 64 or 128 rows)
   static constexpr int kHalves = 2 * kStage + C * LDM;
   static constexpr int kBytes = kHalves * 2 + 3 * C * 4;  // + gate: query chunk, two key stages
 };
@@ -126,11 +127,13 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1) fwd_kernel(Params p) {
   T* sM = sm + 2 * S::kStage;                                     // [C][LDM]
   float* sGq = reinterpret_cast<float*>(sm + S::kHalves);         // [C]   gate of the query chunk
   float* sGk = sGq + C;                                           // [2][C] gate of the key chunk per stage
-  auto stage = [&](int s, int which) { return sm + s * S::kStage + which * S::kMat; };  // 0 K, 1 V, 2 W, 3 U
+  // 0 K, 1 V, 2 W, 3 U; E (D rows) starts at 2 and runs into 3 when D = 128.
+  auto stage = [&](int s, int which) { return sm + s * S::kStage + which * S::kMat; };
 
-  const int hq = blockIdx.x % p.HQ;
-  const int gc = p.order[blockIdx.x / p.HQ];
-  const int h = hq / p.group;
+  const int h = blockIdx.x / (p.num_chunks * p.group);  // schedule: launch/fwd.cu
+  const int rest = blockIdx.x % (p.num_chunks * p.group);
+  const int gc = p.order[rest / p.group];
+  const int hq = h * p.group + rest % p.group;
   const ChunkInfo ci = p.chunks[gc];
   const int first = ci.first;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
@@ -139,15 +142,17 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1) fwd_kernel(Params p) {
   const T* wsK = static_cast<const T*>(p.ws.khat);
   const T* wsW = static_cast<const T*>(p.ws.w);
   const T* wsU = static_cast<const T*>(p.ws.u);
+  const T* wsE = static_cast<const T*>(p.ws.step);
   const T* vin = static_cast<const T*>(p.v);
 
   auto ws_tile = [&](const T* base, int chunk) { return base + ((int64_t)chunk * p.H + h) * C * D; };
-  auto issue_chunk = [&](int s, int chunk) {  // K^, V, W, U of an earlier (full) chunk
+  auto issue_chunk = [&](int s, int chunk) {  // K^, V, E of an earlier (full) chunk
     const ChunkInfo cc = p.chunks[chunk];
     load_tile<T, D, SW>(stage(s, 0), LD, ws_tile(wsK, chunk), D, C);
     load_tile<T, D, SW>(stage(s, 1), LD, vin + cc.b * p.sv.b + (int64_t)cc.t0 * p.sv.t + h * p.sv.h, p.sv.t, cc.len);
-    load_tile<T, D, SW>(stage(s, 2), LD, ws_tile(wsW, chunk), D, C);
-    load_tile<T, D, SW>(stage(s, 3), LD, ws_tile(wsU, chunk), D, C);
+    const T* e = wsE + ((int64_t)chunk * p.H + h) * D * D;
+#pragma unroll
+    for (int r0 = 0; r0 < D; r0 += C) load_tile<T, D, SW>(stage(s, 2 + r0 / C), LD, e + r0 * D, D, C);
     if constexpr (kGate) {
       if (threadIdx.x < C / 4) cp_async16(sGk + s * C + threadIdx.x * 4, p.ws.gl + ((int64_t)chunk * p.HQ + hq) * C + threadIdx.x * 4, 16);
     }
@@ -292,14 +297,8 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1) fwd_kernel(Params p) {
         s[nt][e] = l;
       }
     softmax_pv(s, stage(st, 1));
-    if (c > first) {  // Q~ <- Q~ - (Q~ W_c^T) U_c: not needed after the sequence's first chunk
-      float x[NC8][4];
-      zero(x);
-      gemm_nt<T, NC8, KD, SW>(x, qa, stage(st, 2), LD);
-      uint32_t xa[KC][4];
-      to_a_frags<T, NC8>(x, xa, -1.f);
-      gemm_nn<T, NT, KC, SW>(qf, xa, stage(st, 3), LD);
-    }
+    if (c > first)  // Q~ <- Q~ + Q~ E_c^T (Eq. 32): not needed after the sequence's first chunk
+      gemm_nt<T, NT, KD, SW>(qf, qa, stage(st, 2), LD);
   }
 
   // ---- Epilogue: O / l, lse = ln(sum exp) = (m2 + log2 l) ln 2.

@@ -1,7 +1,7 @@
 // Preprocess: per (chunk, kv head) the UT factor of the chunk's Householder product, in f32 (SPEC 6), and the
 // chunk-local matrices the main kernel multiplies on the tensor cores (docs/math.md Eq. 10-14):
 //   A = strict_lower(b W W^T),  T = (I + A)^{-1} (forward substitution),  U = T b W          (Eq. 10)
-//   M = T b strict_lower(W K^T)  (intra-chunk logits, Eq. 12),  K^ = K - M^T W  (Eq. 14)
+//   M = T b strict_lower(W K^T)  (intra-chunk logits, Eq. 12),  K^ = K - M^T W  (Eq. 14),  E = -U^T W  (Eq. 32)
 // One CTA of 256 threads per (chunk, kv head); everything lives in shared memory as f32.
 // Rows past the chunk's length are zero (W, K, beta), so every product is zero-padded to C = 64 rows.
 #pragma once
@@ -134,6 +134,15 @@ __global__ void __launch_bounds__(256) prep_kernel(Params p) {
       p.ws.u32[base * D + e] = s;
       p.ws.w32[base * D + e] = sW[i * LD + d];
     }
+  }
+  __syncthreads();  // U (f32, ws.u32: this path always has the key cache's copies) is complete
+  // E = -U^T W (Eq. 32): E[n][d] = -sum_i U[i][n] W[i][d].
+  T* gE = static_cast<T*>(p.ws.step) + ((int64_t)gc * p.H + h) * D * D;
+  for (int e = tid; e < D * D; e += blockDim.x) {
+    const int n = e / D, d = e % D;
+    float s = 0.f;
+    for (int i = 0; i < C; ++i) s = fmaf(p.ws.u32[(base + i) * D + n], sW[i * LD + d], s);
+    gE[e] = TypeTraits<T>::from_float(-s);
   }
   // M = T b X into sA (A is no longer needed) (Eq. 12). M[i][j] = sum_{j < l <= i} T[i][l] b_l X[l][j].
   for (int e = tid; e < C * C; e += blockDim.x) {

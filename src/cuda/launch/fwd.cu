@@ -1,6 +1,7 @@
 // Launches the main forward kernel (kernels/fwd.cuh): one CTA of 128 threads per (query chunk, query head),
-// flattened so that block x = (rank of the chunk by work) * HQ + hq: all heads of the longest chunks start first
-// and the short diagonal-only chunks fill the tail (the causal triangle's schedule).
+// flattened as block x = (h * NC + rank) * group + j for query head hq = h * group + j: consecutive CTAs are the
+// query heads of one kv head on one chunk, then the next chunk of the schedule `order` (api.cu: a sequence's
+// chunks from the last to the first), so resident CTAs share key chunks in L2 and the grid ends on short work.
 #include "cuda/check.h"
 #include "cuda/kernels/fwd.cuh"
 #include "cuda/launch/launch.h"

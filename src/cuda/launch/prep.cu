@@ -17,7 +17,7 @@ void launch_prep(const Params& p, cudaStream_t stream) {
 
 template <typename T, int D>
 void launch_prep_tc(const Params& p, cudaStream_t stream) {
-  constexpr int bytes = prep_tc_smem_bytes<D>();
+  constexpr int bytes = PrepTcSmem<T, D>::kBytes;
   CUDA_CHECK(cudaFuncSetAttribute(prep_tc_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   prep_tc_kernel<T, D><<<dim3(p.num_chunks, p.H), 128, bytes, stream>>>(p);
   CUDA_CHECK_LAUNCH("prep_tc_kernel");
