@@ -37,6 +37,12 @@ if ! { cmake -S . -B build-gpu -DPATHATTN_TORCH=OFF -DPATHATTN_CUDA=ON -DPATHATT
   note "BUILD FAILED (see build.log)"; tail -30 "$OUT/build.log"; exit 1
 fi
 note "build: ok ($(( $(date +%s) - t0 )) s)"
+# Opcode histogram of the D = 64 main kernel (bf16, no gate): what a warp issues (docs/perf/notes.md).
+if command -v cuobjdump >/dev/null; then
+  cuobjdump -sass -fun '_ZN8pathattn4cuda16fwd_wgmma_kernelI13__nv_bfloat16Lb0EEEvNS0_6ParamsE14CUtensorMap_stS4_S4_' \
+    build-gpu/bench/cuda/bench_fwd 2>/dev/null | grep -oE '^ +/\*[0-9a-f]{4}\*/ +[A-Z0-9_.]+' | awk '{print $2}' |
+    sort | uniq -c | sort -rn > "$OUT/sass_fwd_wgmma.txt" || true
+fi
 grep -A2 "Compiling entry function.*fwd_kernel" "$OUT/build.log" | grep -E "entry|registers|spill" | tail -24 >> "$SUMMARY" || true
 
 if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ] || [ "$MODE" = ncu ]; then

@@ -3,6 +3,7 @@
 target_sources(pathattn_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/api.cu
   ${CMAKE_CURRENT_LIST_DIR}/dispatch.cu
+  ${CMAKE_CURRENT_LIST_DIR}/tensor_maps.cu
   ${CMAKE_CURRENT_LIST_DIR}/launch/gate.cu
   ${CMAKE_CURRENT_LIST_DIR}/launch/prep.cu
   ${CMAKE_CURRENT_LIST_DIR}/launch/fwd.cu

@@ -13,8 +13,7 @@
 // Key chunks stream through two shared-memory stages with cp.async: chunk c-1 loads while chunk c computes.
 #pragma once
 
-#include "cuda/kernels/common.cuh"
-#include "cuda/params.h"
+#include "cuda/kernels/fwd_tiles.cuh"
 
 namespace pathattn::cuda {
 
@@ -35,80 +34,7 @@ struct FwdSmem {
   static constexpr int kBytes = kHalves * 2 + 3 * C * 4;  // + gate: query chunk, two key stages
 };
 
-namespace fwd_detail {
 
-// Element offset of (row, col) in a tile of row length ld; swizzled: the 16-byte chunk index XOR row % 8.
-template <bool kSwz>
-__device__ __forceinline__ int swz(int row, int col, int ld) {
-  if constexpr (kSwz)
-    return row * ld + ((((col >> 3) ^ row) & 7) | ((col >> 3) & ~7)) * 8 + (col & 7);
-  else
-    return row * ld + col;
-}
-
-// A fragments (k blocks of 16) from an f32 accumulator tile [16 x 8*NT], optionally negated.
-template <typename T, int NT>
-__device__ __forceinline__ void to_a_frags(const float (&acc)[NT][4], uint32_t (&a)[NT / 2][4], float sign) {
-#pragma unroll
-  for (int kk = 0; kk < NT / 2; ++kk) {
-    a[kk][0] = TypeTraits<T>::pack(sign * acc[2 * kk][0], sign * acc[2 * kk][1]);
-    a[kk][1] = TypeTraits<T>::pack(sign * acc[2 * kk][2], sign * acc[2 * kk][3]);
-    a[kk][2] = TypeTraits<T>::pack(sign * acc[2 * kk + 1][0], sign * acc[2 * kk + 1][1]);
-    a[kk][3] = TypeTraits<T>::pack(sign * acc[2 * kk + 1][2], sign * acc[2 * kk + 1][3]);
-  }
-}
-
-// out[16 x 8*NT] (+)= A[16 x 16*KB] * B^T, with B stored [n][k] row-major (K, K^, W) at `sb`, row stride ld.
-template <typename T, int NT, int KB, bool kSwz>
-__device__ __forceinline__ void gemm_nt(float (&out)[NT][4], const uint32_t (&a)[KB][4], const T* sb, int ld) {
-  const int lane = threadIdx.x % 32;
-  const int row = (lane / 16) * 8 + lane % 8, col = ((lane / 8) % 2) * 8;
-#pragma unroll
-  for (int n2 = 0; n2 < NT / 2; ++n2)
-#pragma unroll
-    for (int kk = 0; kk < KB; ++kk) {
-      uint32_t r[4];
-      ldsm_x4(r, smem_addr(sb + swz<kSwz>(n2 * 16 + row, kk * 16 + col, ld)));
-      mma16816<T>(out[2 * n2], a[kk], r[0], r[1]);
-      mma16816<T>(out[2 * n2 + 1], a[kk], r[2], r[3]);
-    }
-}
-
-// out[16 x 8*NT] += A[16 x 16*KB] * B, with B stored [k][n] row-major (V, U, M) at `sb`, row stride ld.
-template <typename T, int NT, int KB, bool kSwz>
-__device__ __forceinline__ void gemm_nn(float (&out)[NT][4], const uint32_t (&a)[KB][4], const T* sb, int ld) {
-  const int lane = threadIdx.x % 32;
-  const int row = ((lane / 8) % 2) * 8 + lane % 8, col = (lane / 16) * 8;
-#pragma unroll
-  for (int kk = 0; kk < KB; ++kk)
-#pragma unroll
-    for (int n2 = 0; n2 < NT / 2; ++n2) {
-      uint32_t r[4];
-      ldsm_x4_t(r, smem_addr(sb + swz<kSwz>(kk * 16 + row, n2 * 16 + col, ld)));
-      mma16816<T>(out[2 * n2], a[kk], r[0], r[1]);
-      mma16816<T>(out[2 * n2 + 1], a[kk], r[2], r[3]);
-    }
-}
-
-template <int NT>
-__device__ __forceinline__ void zero(float (&x)[NT][4]) {
-#pragma unroll
-  for (int i = 0; i < NT; ++i) x[i][0] = x[i][1] = x[i][2] = x[i][3] = 0.f;
-}
-
-// Copies a C x D tile whose rows are contiguous (workspace) or strided (inputs) into shared memory.
-// Rows >= valid are zero-filled.
-template <typename T, int D, bool kSwz>
-__device__ __forceinline__ void load_tile(T* s, int ld, const T* g, int64_t row_stride, int valid) {
-  constexpr int kPieces = D / 8;  // 16-byte pieces per row
-  for (int e = threadIdx.x; e < kChunk * kPieces; e += blockDim.x) {
-    const int r = e / kPieces, c = (e % kPieces) * 8;
-    const bool ok = r < valid;
-    cp_async16(s + swz<kSwz>(r, c, ld), ok ? g + r * row_stride + c : g, ok ? 16 : 0);
-  }
-}
-
-}  // namespace fwd_detail
 
 template <typename T, int D, bool kGate>
 __global__ void __launch_bounds__(128, D == 64 ? 3 : 1) fwd_kernel(Params p) {
@@ -179,50 +105,17 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1) fwd_kernel(Params p) {
 
   // The query rows in f32, accumulator layout [16 x D] per warp (rows past the chunk's end are zero).
   float qf[NT][4];
-  {
-    const T* qb = static_cast<const T*>(p.q) + ci.b * p.sq.b + (int64_t)ci.t0 * p.sq.t + hq * p.sq.h;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = r0 + 8 * half;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        float2 x = make_float2(0.f, 0.f);
-        if (r < ci.len) x = TypeTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(qb + r * p.sq.t + nt * 8 + 2 * t4));
-        qf[nt][2 * half] = x.x;
-        qf[nt][2 * half + 1] = x.y;
-      }
-    }
-  }
+  load_query_rows<T, NT>(qf, static_cast<const T*>(p.q) + ci.b * p.sq.b + (int64_t)ci.t0 * p.sq.t + hq * p.sq.h, p.sq.t,
+                         r0, ci.len);
 
   float o[NT][4];
   zero(o);
-  float mx[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.f, 0.f};
+  OnlineSoftmax sm_state;
   const float sl2 = p.scale_log2;
 
   // Online softmax of one block of logits s (already in base 2), then O += P V.
   auto softmax_pv = [&](float (&s)[NC8][4], const T* sV) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float m = mx[half];
-#pragma unroll
-      for (int nt = 0; nt < NC8; ++nt) m = fmaxf(m, fmaxf(s[nt][2 * half], s[nt][2 * half + 1]));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      const float alpha = exp2f(mx[half] - m);  // mx = -inf on the first block: alpha = 0
-      mx[half] = m;
-      lsum[half] *= alpha;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        o[nt][2 * half] *= alpha;
-        o[nt][2 * half + 1] *= alpha;
-      }
-#pragma unroll
-      for (int nt = 0; nt < NC8; ++nt) {
-        s[nt][2 * half] = exp2f(s[nt][2 * half] - m);
-        s[nt][2 * half + 1] = exp2f(s[nt][2 * half + 1] - m);
-        lsum[half] += s[nt][2 * half] + s[nt][2 * half + 1];
-      }
-    }
+    sm_state.step(s, o);
     uint32_t pa[KC][4];
     to_a_frags<T, NC8>(s, pa, 1.f);
     gemm_nn<T, NT, KC, SW>(o, pa, sV, LD);
@@ -232,37 +125,8 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1) fwd_kernel(Params p) {
   __syncthreads();
 
   // ---- Diagonal chunk (Eq. 12, 13).
-  {
-    uint32_t qa[KD][4];
-    to_a_frags<T, NT>(qf, qa, 1.f);
-    float s[NC8][4], x[NC8][4];
-    zero(s);
-    zero(x);
-    gemm_nt<T, NC8, KD, SW>(s, qa, stage(0, 0), LD);  // Q K^T
-    gemm_nt<T, NC8, KD, SW>(x, qa, stage(0, 2), LD);  // Q W^T
-    // lower(): keep key j <= query i.
-#pragma unroll
-    for (int nt = 0; nt < NC8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = r0 + 8 * (e / 2), j = nt * 8 + 2 * t4 + e % 2;
-        if (j > i) x[nt][e] = 0.f;
-      }
-    uint32_t xa[KC][4];
-    to_a_frags<T, NC8>(x, xa, -1.f);
-    gemm_nn<T, NC8, KC, SW>(s, xa, sM, LDM);         // S -= lower(Q W^T) M
-    gemm_nn<T, NT, KC, SW>(qf, xa, stage(0, 3), LD);  // Q^ = Q - lower(Q W^T) U
-#pragma unroll
-    for (int nt = 0; nt < NC8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = r0 + 8 * (e / 2), j = nt * 8 + 2 * t4 + e % 2;
-        float l = s[nt][e] * sl2;
-        if constexpr (kGate) l += (sGq[i] - sGq[j]) * kLog2e;
-        s[nt][e] = j <= i ? l : -INFINITY;
-      }
-    softmax_pv(s, stage(0, 1));
-  }
+  diagonal_block<T, D, SW, kGate>(qf, o, sm_state, stage(0, 0), stage(0, 2), stage(0, 3), sM, stage(0, 1), LD, LDM, sGq,
+                                  sl2, r0);
 
   // ---- Earlier chunks, right to left (Eq. 15, 16).
   double goff_m = 0.0;
@@ -301,25 +165,9 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1) fwd_kernel(Params p) {
       gemm_nt<T, NT, KD, SW>(qf, qa, stage(st, 2), LD);
   }
 
-  // ---- Epilogue: O / l, lse = ln(sum exp) = (m2 + log2 l) ln 2.
-  T* ob = static_cast<T*>(p.o) + ci.b * p.so.b + (int64_t)ci.t0 * p.so.t + hq * p.so.h;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    float l = lsum[half];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int r = r0 + 8 * half;
-    if (r < ci.len) {
-      const float inv = 1.f / l;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-        *reinterpret_cast<uint32_t*>(ob + r * p.so.t + nt * 8 + 2 * t4) =
-            TypeTraits<T>::pack(o[nt][2 * half] * inv, o[nt][2 * half + 1] * inv);
-      if (t4 == 0)
-        p.lse[ci.b * p.slse.b + (int64_t)(ci.t0 + r) * p.slse.t + hq * p.slse.h] =
-            (mx[half] + log2f(l)) * 0.6931471805599453f;
-    }
-  }
+  // ---- Epilogue: O / l and lse.
+  sm_state.finish<T, NT>(o, static_cast<T*>(p.o) + ci.b * p.so.b + (int64_t)ci.t0 * p.so.t + hq * p.so.h, p.so.t,
+                         p.lse + ci.b * p.slse.b + (int64_t)ci.t0 * p.slse.t + hq * p.slse.h, p.slse.t, r0, ci.len);
 }
 
 }  // namespace pathattn::cuda

@@ -2,19 +2,35 @@
 // flattened as block x = (h * NC + rank) * group + j for query head hq = h * group + j: consecutive CTAs are the
 // query heads of one kv head on one chunk, then the next chunk of the schedule `order` (api.cu: a sequence's
 // chunks from the last to the first), so resident CTAs share key chunks in L2 and the grid ends on short work.
+//
+// D = 64 runs the warpgroup (wgmma) kernel, kernels/fwd_wgmma.cuh; D = 128 the mma.sync kernel, kernels/fwd.cuh
+// (its running query and output do not fit a warpgroup's registers next to a 64 x 128 tile yet).
 #include "cuda/check.h"
 #include "cuda/kernels/fwd.cuh"
+#include "cuda/kernels/fwd_wgmma.cuh"
 #include "cuda/launch/launch.h"
+#include "cuda/tensor_maps.h"
 
 namespace pathattn::cuda {
 
 template <typename T, int D, bool kGate>
 void launch_fwd(const Params& p, cudaStream_t stream) {
-  constexpr int bytes = FwdSmem<D>::kBytes;
-  CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<T, D, kGate>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   const int64_t blocks = static_cast<int64_t>(p.num_chunks) * p.HQ;
-  fwd_kernel<T, D, kGate><<<static_cast<unsigned>(blocks), 128, bytes, stream>>>(p);
-  CUDA_CHECK_LAUNCH("fwd_kernel");
+  if constexpr (D == 64) {
+    const int64_t rows = static_cast<int64_t>(p.num_chunks) * p.H * kChunk;  // D = 64: E has C rows too
+    const CUtensorMap tm_k = tensor_map_rows64(p.ws.khat, rows, 64, "the K^ workspace");
+    const CUtensorMap tm_e = tensor_map_rows64(p.ws.step, rows, 64, "the E workspace");
+    const CUtensorMap tm_v = tensor_map_bthd64(p.v, p.B, p.T, p.H, p.sv.b, p.sv.t, p.sv.h, "v");
+    constexpr int wg_bytes = FwdWgSmem::kBytes;
+    CUDA_CHECK(cudaFuncSetAttribute(fwd_wgmma_kernel<T, kGate>, cudaFuncAttributeMaxDynamicSharedMemorySize, wg_bytes));
+    fwd_wgmma_kernel<T, kGate><<<static_cast<unsigned>(blocks), 128, wg_bytes, stream>>>(p, tm_k, tm_e, tm_v);
+    CUDA_CHECK_LAUNCH("fwd_wgmma_kernel");
+  } else {
+    constexpr int bytes = FwdSmem<D>::kBytes;
+    CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<T, D, kGate>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    fwd_kernel<T, D, kGate><<<static_cast<unsigned>(blocks), 128, bytes, stream>>>(p);
+    CUDA_CHECK_LAUNCH("fwd_kernel");
+  }
 }
 
 #define PATHATTN_FWD(T, D)                                                \

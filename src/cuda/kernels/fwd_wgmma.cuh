@@ -1,0 +1,185 @@
+// The main forward kernel at D = 64 on Hopper's warpgroup tensor cores (wgmma, sm_90a). Same math and schedule as
+// fwd.cuh (docs/math.md Eq. 12, 13, 15, 32): one CTA = one warpgroup of 4 warps per (query chunk m, query head),
+// warp w owning query rows 16w..16w+15, the running query Q~ in f32 registers.
+//
+//   diagonal (warp-level mma.sync, fwd_tiles.cuh):  S = lower(Q K^T) - lower(Q W^T) M,  Q~ = Q - lower(Q W^T) U
+//   c = m-1 .. first (wgmma, A = Q~ or P from registers, B from shared memory):
+//        S = Q~ K^_c^T                      m64n64k16 x 4, K-major B        (Eq. 15)
+//        Q~ <- Q~ + Q~ E_c^T               m64n64k16 x 4 into Q~'s registers (Eq. 32)
+//        online softmax; O += P V_c         m64n64k16 x 4, V read transposed
+//
+// Why: the mma.sync kernel reads every B tile from shared memory once per warp (4x per CTA) through ldmatrix and
+// was bound by that traffic and its issue slots (docs/perf/notes.md); a wgmma reads B once per 64-row warpgroup.
+// Key chunks stream through two shared-memory stages, loaded by the bulk copy engine (TMA: one thread issues three
+// 8 KB tile copies and the gate row; the tiles land 128-byte swizzled) and completed on one mbarrier per stage;
+// the first version issued 12 cp.async per thread per chunk with their address arithmetic (ncu: the integer pipe
+// was the busiest, 2.5 IPC for ~950 instructions per warp and chunk pair).
+#pragma once
+
+#include "cuda/kernels/fwd_tiles.cuh"
+#include "cuda/kernels/tma.cuh"
+#include "cuda/kernels/wgmma.cuh"
+
+namespace pathattn::cuda {
+
+// Shared memory: 64 x 64 tiles of 16-bit elements (8 KB), 128-byte swizzle (fwd_tiles.cuh swz at ld 64),
+// each 1024-byte aligned for the wgmma descriptors.
+//   stage s in {0, 1}: tile 3s = K^ (K for the diagonal), 3s + 1 = E (W for the diagonal), 3s + 2 = V
+//   tile 6 = U, tile 7 = M of the diagonal chunk; then the gate: query chunk [C], key chunk per stage [2][C];
+//   then one mbarrier per stage.
+struct FwdWgSmem {
+  static constexpr int kTile = kChunk * 64;  // elements
+  static constexpr int kHalves = 8 * kTile;
+  static constexpr int kBytes = kHalves * 2 + 3 * kChunk * 4 + 2 * 8 + 1024;  // + 1024: room to align the base
+};
+
+// tm_k, tm_e: the workspace's K^ and E as [rows, 64] (tensor_maps.h); tm_v: the input v as [B, T, H, 64].
+template <typename T, bool kGate>
+__global__ void __launch_bounds__(128, 3)
+    fwd_wgmma_kernel(const Params p, const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_e,
+                     const __grid_constant__ CUtensorMap tm_v) {
+  using namespace fwd_detail;
+  constexpr int D = 64, C = kChunk;
+  constexpr int NT = D / 8, KD = D / 16, NC8 = C / 8, KC = C / 16;
+  constexpr float kLog2e = 1.4426950408889634f;
+  using Tag = typename WgmmaTag<T>::type;
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t raw_addr = smem_addr(smem_raw);
+  T* sm = reinterpret_cast<T*>(smem_raw + ((1024u - (raw_addr & 1023u)) & 1023u));
+  auto tile = [&](int i) { return sm + i * FwdWgSmem::kTile; };
+  float* sGq = reinterpret_cast<float*>(sm + FwdWgSmem::kHalves);  // [C]    gate of the query chunk
+  float* sGk = sGq + C;                                             // [2][C] gate of the key chunk per stage
+  const uint32_t bar0 = smem_addr(sGk + 2 * C);                     // [2] mbarriers, 8 bytes each
+  auto bar = [&](int s) { return bar0 + 8 * s; };
+
+  const int h = blockIdx.x / (p.num_chunks * p.group);  // schedule: launch/fwd.cu
+  const int rest = blockIdx.x % (p.num_chunks * p.group);
+  const int gc = p.order[rest / p.group];
+  const int hq = h * p.group + rest % p.group;
+  const ChunkInfo ci = p.chunks[gc];
+  const int first = ci.first;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t4 = lane % 4;
+  const int r0 = warp * 16 + lane / 4;  // this thread's two query rows in the chunk: r0, r0 + 8
+
+  const T* vin = static_cast<const T*>(p.v);
+  auto ws_tile = [&](const void* base, int chunk) {  // C x D (or D x D = the same at D = 64) workspace tile
+    return static_cast<const T*>(base) + ((int64_t)chunk * p.H + h) * C * D;
+  };
+  // K^, E, V (and the gate row) of an earlier (full) chunk into stage s; called by thread 0 only.
+  auto issue_chunk = [&](int s, int chunk) {
+    const ChunkInfo cc = p.chunks[chunk];
+    constexpr uint32_t kBytesTiles = 3 * FwdWgSmem::kTile * 2;
+    mbar_arrive_expect_tx(bar(s), kBytesTiles + (kGate ? C * 4 : 0));
+    const int row = (chunk * p.H + h) * C;
+    tma_load_2d(smem_addr(tile(3 * s)), &tm_k, 0, row, bar(s));
+    tma_load_2d(smem_addr(tile(3 * s + 1)), &tm_e, 0, row, bar(s));
+    tma_load_4d(smem_addr(tile(3 * s + 2)), &tm_v, 0, cc.t0, h, cc.b, bar(s));
+    if constexpr (kGate) bulk_load(smem_addr(sGk + s * C), p.ws.gl + ((int64_t)chunk * p.HQ + hq) * C, C * 4, bar(s));
+  };
+  if (threadIdx.x == 0) {
+    mbar_init(bar(0), 1);
+    mbar_init(bar(1), 1);
+    mbar_fence_init();
+  }
+  __syncthreads();
+
+  // Prologue: the diagonal chunk's raw K, W, V, U, M, then the next key chunk (stage 1).
+  load_tile<T, D, true>(tile(0), D, static_cast<const T*>(p.k) + ci.b * p.sk.b + (int64_t)ci.t0 * p.sk.t + h * p.sk.h,
+                        p.sk.t, ci.len);
+  load_tile<T, D, true>(tile(1), D, ws_tile(p.ws.w, gc), D, C);
+  load_tile<T, D, true>(tile(2), D, vin + ci.b * p.sv.b + (int64_t)ci.t0 * p.sv.t + h * p.sv.h, p.sv.t, ci.len);
+  load_tile<T, D, true>(tile(6), D, ws_tile(p.ws.u, gc), D, C);
+  load_tile<T, C, true>(tile(7), C, static_cast<const T*>(p.ws.m) + ((int64_t)gc * p.H + h) * C * C, C, C);
+  if constexpr (kGate) {
+    if (threadIdx.x < C / 4) cp_async16(sGq + threadIdx.x * 4, p.ws.gl + ((int64_t)gc * p.HQ + hq) * C + threadIdx.x * 4, 16);
+  }
+  cp_async_commit();
+  if (gc > first && threadIdx.x == 0) issue_chunk(1, gc - 1);
+
+  float qf[NT][4];
+  load_query_rows<T, NT>(qf, static_cast<const T*>(p.q) + ci.b * p.sq.b + (int64_t)ci.t0 * p.sq.t + hq * p.sq.h, p.sq.t,
+                         r0, ci.len);
+  // The query pre-multiplied by scale * log2(e): every logit below is linear in it (Eq. 12, 15, 32), so the
+  // products come out in base-2 units with no per-logit multiply.
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) qf[nt][e] *= p.scale_log2;
+  float o[NT][4];
+  zero(o);
+  OnlineSoftmax sm_state;
+
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // ---- Diagonal chunk (Eq. 12, 13), warp-level.
+  diagonal_block<T, D, true, kGate>(qf, o, sm_state, tile(0), tile(1), tile(6), tile(7), tile(2), D, C, sGq, 1.f, r0);
+
+  // ---- Earlier chunks, right to left, on the warpgroup tensor cores.
+  double goff_m = 0.0;
+  if constexpr (kGate) goff_m = p.ws.goff[(int64_t)gc * p.HQ + hq];
+  float gq[2] = {0.f, 0.f};
+  if constexpr (kGate) {
+    gq[0] = sGq[r0];
+    gq[1] = sGq[r0 + 8];
+  }
+  int st = 1;
+  uint32_t phase = 0;  // bit s: parity of stage s's barrier for its next use
+  for (int c = gc - 1; c >= first; --c, st ^= 1) {
+    __syncthreads();  // every warp is done with stage st ^ 1 (its wgmma waited; the diagonal's ldmatrix reads)
+    if (c > first && threadIdx.x == 0) {
+      fence_proxy_async_smem();  // those generic-proxy reads, ordered before the copy engine's writes
+      issue_chunk(st ^ 1, c - 1);
+    }
+    mbar_wait(bar(st), (phase >> st) & 1);
+    phase ^= 1u << st;
+
+    uint32_t qa[KD][4];
+    to_a_frags<T, NT>(qf, qa, 1.f);
+    const uint32_t sk_addr = smem_addr(tile(3 * st)), se_addr = smem_addr(tile(3 * st + 1)),
+                   sv_addr = smem_addr(tile(3 * st + 2));
+    float s[NC8][4];
+    wgmma_fence_operand(qf);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < KD; ++kk)  // S = Q~ K^_c^T: a k16 step is 32 bytes along the swizzled K^ rows
+      wgmma_m64n64k16_rs<0>(s, qa[kk], wgmma_desc_sw128(sk_addr + kk * 32), kk > 0, Tag{});
+    if (c > first) {  // Q~ <- Q~ + Q~ E_c^T (Eq. 32): not needed after the sequence's first chunk
+#pragma unroll
+      for (int kk = 0; kk < KD; ++kk) wgmma_m64n64k16_rs<0>(qf, qa[kk], wgmma_desc_sw128(se_addr + kk * 32), 1, Tag{});
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operand(s);
+    wgmma_fence_operand(qf);
+
+    float delta = 0.f;  // the gate (PaTH-FoX): G_i - G_j, offsets subtracted in f64 (SPEC 6)
+    if constexpr (kGate) delta = static_cast<float>(goff_m - p.ws.goff[(int64_t)c * p.HQ + hq]);
+#pragma unroll
+    for (int nt = 0; nt < NC8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if constexpr (kGate) {
+          const int j = nt * 8 + 2 * t4 + e % 2;
+          s[nt][e] += ((gq[e / 2] + delta) - sGk[st * C + j]) * kLog2e;
+        }
+      }
+    sm_state.step(s, o);
+    uint32_t pa[KC][4];
+    to_a_frags<T, NC8>(s, pa, 1.f);
+    wgmma_fence_operand(o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < KC; ++kk)  // O += P V_c: V is [key][d], read transposed; a k16 step is 16 rows, 2048 bytes
+      wgmma_m64n64k16_rs<1>(o, pa[kk], wgmma_desc_sw128(sv_addr + kk * 2048), 1, Tag{});
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operand(o);
+  }
+
+  sm_state.finish<T, NT>(o, static_cast<T*>(p.o) + ci.b * p.so.b + (int64_t)ci.t0 * p.so.t + hq * p.so.h, p.so.t,
+                         p.lse + ci.b * p.slse.b + (int64_t)ci.t0 * p.slse.t + hq * p.slse.h, p.slse.t, r0, ci.len);
+}
+
+}  // namespace pathattn::cuda

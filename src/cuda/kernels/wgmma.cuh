@@ -1,0 +1,101 @@
+// Hopper warpgroup matrix multiply (wgmma, sm_90a) through inline PTX: shared-memory matrix descriptors, the
+// m64n64k16 product with A in registers (RS form) and f32 accumulators, and the fences around it.
+//
+// Layouts (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"): the 4 warps of a warpgroup own
+// rows 16w..16w+15 of the 64-row tile; per warp, the A fragment of one k16 step and the accumulator of each
+// 8-column block are exactly mma.sync m16n8k16's A and C fragments (common.cuh), so results of the warp-level
+// code (P, the running query) feed wgmma without leaving registers.
+//
+// B comes from shared memory in the 128-byte swizzle: rows of 64 16-bit elements (128 bytes), the 16-byte chunk
+// index XOR (row % 8), tiles aligned to 1024 bytes. This is fwd_tiles.cuh's swz() layout at a row length of 64.
+//   K-major B (B(k, n) stored as [n][k]: K^, E):  8-row groups 1024 bytes apart (SBO); a k16 step moves the
+//     start address by 32 bytes inside the swizzled row (the hardware applies the XOR to the final address).
+//   MN-major B (B(k, n) stored as [k][n]: V, transposed on the fly): the same layout read with trans-b = 1;
+//     8-row (k) groups 1024 bytes apart (SBO); N = 64 is one swizzle width, so LBO is unused; a k16 step is
+//     two 8-row groups, 2048 bytes.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/kernels/common.cuh"
+
+namespace pathattn::cuda {
+
+// Descriptor of a 128-byte-swizzled shared-memory matrix starting at `addr` (shared-window byte address).
+__device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t addr, uint32_t sbo_bytes = 1024, uint32_t lbo_bytes = 16) {
+  uint64_t d = 0;
+  d |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
+  d |= static_cast<uint64_t>((lbo_bytes >> 4) & 0x3FFF) << 16;
+  d |= static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFF) << 32;
+  d |= static_cast<uint64_t>(1) << 62;  // layout type 1: 128-byte swizzle
+  return d;
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Pins accumulator registers around asynchronous products, so the compiler neither reads them early nor moves
+// them while a wgmma owns them (the role of CUTLASS's warpgroup_fence_operand).
+template <int NT>
+__device__ __forceinline__ void wgmma_fence_operand(float (&d)[NT][4]) {
+#pragma unroll
+  for (int i = 0; i < NT; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
+}
+// Shared memory written by ordinary stores or cp.async, read next by wgmma (the async proxy).
+__device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+struct bf16_tag {};
+struct f16_tag {};
+template <typename T>
+struct WgmmaTag;
+template <>
+struct WgmmaTag<__nv_bfloat16> {
+  using type = bf16_tag;
+};
+template <>
+struct WgmmaTag<__half> {
+  using type = f16_tag;
+};
+
+// d[64 x 64] (+)= A[64 x 16] (registers, this warp's 16 rows) * B[16 x 64] (descriptor); accumulate = 0 overwrites.
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b,
+                                                   int accumulate, bf16_tag) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, %37;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB), "r"(accumulate));
+}
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b,
+                                                   int accumulate, f16_tag) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, %37;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB), "r"(accumulate));
+}
+
+}  // namespace pathattn::cuda
