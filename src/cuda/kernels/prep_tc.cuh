@@ -1,6 +1,7 @@
 // Preprocess on the tensor cores (the forward without kcache): the same quantities as prep.cuh (docs/math.md
-// Eq. 10-14), with the five C x C x D products as TF32 mma.sync (m16n8k8, f32 accumulation) and the triangular
-// solve in plain f32 on the CUDA cores, blocked in 16 x 16 tiles so that its dependency chain is 16 steps, not 64.
+// Eq. 10-14), with the C x C x D products as TF32 mma.sync (m16n8k8, f32 accumulation) and the triangular solve
+// blocked in 16 x 16 tiles: diagonal blocks by f32 forward substitution, the blocks below them as 16 x 16 x 16
+// tensor-core products in 3xTF32 (split operands, ~f32 accuracy).
 //
 // Why: the all-f32 CUDA-core version (prep.cuh) took 18 ms of a 39 ms forward at B x T = 32 x 4096, H = 32,
 // D = 64 on the H200 (docs/perf/notes.md): its per-element dot products were shared-memory bound. TF32 products
@@ -8,47 +9,139 @@
 //
 // One CTA of 4 warps per (chunk, kv head); warp w computes rows 16w..16w+15 of each product.
 //
-// v5 (docs/perf/notes.md): ncu showed v4 issue-bound at 12.5% occupancy (two 95 KB CTAs per SM, ~9k warp
-// instructions per warp, IPC 1.2, 70% of cycles with no eligible warp). Now: 66 KB (three CTAs per SM) by keeping
-// K in its input dtype and reusing the C x C tiles (A -> X -> U, T -> T b -> M); operands rounded to TF32 once,
-// when they are written to shared memory, instead of at every fragment load; W written out from registers at load.
+// v6: ncu on v5 (6.1 ms at 32 x 4096, D = 64): 67.8 KB per CTA (3 CTAs/SM), issue IPC 1.38, 65% of cycles with
+// no eligible warp, L1TEX (shared load) scoreboard stalls; ~5k warp instructions per warp, ~1.9k of them the
+// solve's scalar LDS + FFMA chains. Now:
+//  * the solve's off-diagonal blocks are mma products (recursive 2 x 2 form, no scratch), done in place in the
+//    tile that held A, and the diagonal substitution reads A rows as float4;
+//  * shared memory 54 KB at D = 64 (4 CTAs/SM; 70 KB, 3 CTAs/SM at D = 128, was 2): three tiles. K sits in the
+//    tile that later holds A and T (X is formed first and K^ reloads its K from L2), X, then M^T, then U share
+//    the second, W has the third;
+//  * 16-byte global loads of W and K and 16-byte stores of W when the pointers and strides allow (scalar otherwise);
+//  * fewer shared-memory instructions per mma. The k order inside an mma is free as long as A and B agree: where
+//    both operands are stored along k (A = W W^T and X^T = K W^T, one loop sharing the W loads; M = T b X with X
+//    stored transposed), lane t takes the adjacent k0 + 2t, k0 + 2t + 1 (8-byte loads). The n order is free too:
+//    where B is stored along n (U, K^, E: B = W), n tiles go in pairs over even / odd columns (one 8-byte load for
+//    two tiles), and each lane ends with 4 adjacent columns (8-byte global stores).
 // It also forms E = -U^T W (Eq. 32), the main kernel's per-chunk query step.
 #pragma once
 
 #include "cuda/kernels/common.cuh"
 #include "cuda/params.h"
 
+#include <type_traits>
+
 namespace pathattn::cuda {
 
 namespace prep_tc_detail {
 constexpr int C = kChunk;
 constexpr int LS = C + 8;  // f32 row stride of C x C tiles: 8 (mod 32) keeps both fragment patterns
-                           // (g * LS + t and t * LS + g, g < 8, t < 4) on distinct banks (one pattern 2-way for sW)
+                           // (g * LS + t and t * LS + g, g < 8, t < 4) and the 8-byte pair pattern
+                           // (g * LS + 2t) on distinct banks
+// The off-diagonal blocks of the solve in 3xTF32 (a = hi + lo, a b ~ hi hi + hi lo + lo hi): errors of T enter
+// every factor, so the solve keeps ~f32 accuracy; false gives plain TF32 (a third of the solve's mma).
+constexpr bool kSolve3xTf32 = true;
 
-__device__ __forceinline__ float tf32(float x) {
+__device__ __forceinline__ uint32_t tf32_bits(float x) {
   uint32_t r;
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-  return __uint_as_float(r);
+  return r;
+}
+__device__ __forceinline__ float tf32(float x) { return __uint_as_float(tf32_bits(x)); }
+
+// d += a b, m16n8k8, TF32 operands, f32 accumulation.
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// acc[16 x 8*NT] += A[16 x K] B[K x 8*NT] with A(i, k) = a(i, k), B(k, n) = b(k, n): values already TF32-exact
-// (rounded when stored, or bf16/f16 inputs), so fragments are plain shared-memory loads.
+// d += a b for f32 operands not yet rounded: 3xTF32 (small terms first) or plain TF32 (kSolve3xTf32).
+__device__ __forceinline__ void mma_f32_split(float (&d)[4], const float (&a)[4], float b0, float b1) {
+  uint32_t ah[4], al[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    ah[i] = tf32_bits(a[i]);
+    al[i] = tf32_bits(a[i] - __uint_as_float(ah[i]));
+  }
+  const uint32_t bh0 = tf32_bits(b0), bh1 = tf32_bits(b1);
+  if constexpr (kSolve3xTf32) {
+    mma_tf32(d, al, bh0, bh1);
+    mma_tf32(d, ah, tf32_bits(b0 - __uint_as_float(bh0)), tf32_bits(b1 - __uint_as_float(bh1)));
+  }
+  mma_tf32(d, ah, bh0, bh1);
+}
+
+// Warp products acc[16 x 8*NT] += A[16 x K] B[K x 8*NT] on values already TF32-exact (rounded when stored, or
+// bf16/f16 inputs), so fragments are plain shared-memory loads.
+//
+// Both operands stored along k: a2(i, k) = {A(i, k), A(i, k + 1)}, b2(k, n) = {B(k, n), B(k + 1, n)}
+// for even k. The mma sums over its 8 k slots in any order as long as A and B agree, so lane t takes the adjacent
+// k0 + 2t, k0 + 2t + 1 as slots t, t + 4 (not k0 + t, k0 + t + 4): one 8-byte load per pair instead of two.
 template <int NT, int K, typename FA, typename FB>
-__device__ __forceinline__ void warp_mma_tf32(float (&acc)[NT][4], FA a, FB b) {
+__device__ __forceinline__ void warp_mma_tf32_pairs(float (&acc)[NT][4], FA a2, FB b2) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll 2
   for (int k0 = 0; k0 < K; k0 += 8) {
-    const uint32_t a0 = __float_as_uint(a(g, k0 + t)), a1 = __float_as_uint(a(g + 8, k0 + t)),
-                   a2 = __float_as_uint(a(g, k0 + t + 4)), a3 = __float_as_uint(a(g + 8, k0 + t + 4));
+    const float2 r0 = a2(g, k0 + 2 * t), r1 = a2(g + 8, k0 + 2 * t);
+    const uint32_t af[4] = {__float_as_uint(r0.x), __float_as_uint(r1.x), __float_as_uint(r0.y),
+                            __float_as_uint(r1.y)};
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      const uint32_t b0 = __float_as_uint(b(k0 + t, nt * 8 + g)), b1 = __float_as_uint(b(k0 + t + 4, nt * 8 + g));
-      asm volatile(
-          "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-          : "+f"(acc[nt][0]), "+f"(acc[nt][1]), "+f"(acc[nt][2]), "+f"(acc[nt][3])
-          : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+      const float2 bb = b2(k0 + 2 * t, nt * 8 + g);
+      mma_tf32(acc[nt], af, __float_as_uint(bb.x), __float_as_uint(bb.y));
     }
   }
+}
+
+// Two products with the same B in the pair k order: acc1 += A1 B, acc2 += A2 B (one B load for both).
+template <int NT, int K, typename FA1, typename FA2, typename FB>
+__device__ __forceinline__ void warp_mma_tf32_pairs2(float (&acc1)[NT][4], float (&acc2)[NT][4], FA1 a1, FA2 a2,
+                                                     FB b2) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll 1
+  for (int k0 = 0; k0 < K; k0 += 8) {
+    const float2 r0 = a1(g, k0 + 2 * t), r1 = a1(g + 8, k0 + 2 * t);
+    const float2 q0 = a2(g, k0 + 2 * t), q1 = a2(g + 8, k0 + 2 * t);
+    const uint32_t f1[4] = {__float_as_uint(r0.x), __float_as_uint(r1.x), __float_as_uint(r0.y),
+                            __float_as_uint(r1.y)};
+    const uint32_t f2[4] = {__float_as_uint(q0.x), __float_as_uint(q1.x), __float_as_uint(q0.y),
+                            __float_as_uint(q1.y)};
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const float2 bb = b2(k0 + 2 * t, nt * 8 + g);
+      mma_tf32(acc1[nt], f1, __float_as_uint(bb.x), __float_as_uint(bb.y));
+      mma_tf32(acc2[nt], f2, __float_as_uint(bb.x), __float_as_uint(bb.y));
+    }
+  }
+}
+
+// A(i, k) = a(i, k) in the standard k order (lane t: k0 + t, k0 + t + 4), B stored along n, two n tiles at a time:
+// the column order inside a product is also free, so n tiles 2p and 2p + 1 take the even and the odd columns of
+// columns 16p..16p + 15 and b2(k, n) = {B(k, n), B(k, n + 1)} (n even) is one 8-byte load for both. Lane (g, t)
+// then holds columns 16p + 4t .. 16p + 4t + 3 of rows g and g + 8: see quad().
+template <int NT, int K, typename FA, typename FB>
+__device__ __forceinline__ void warp_mma_tf32_npairs(float (&acc)[NT][4], FA a, FB b2) {
+  static_assert(NT % 2 == 0, "n tiles go in pairs");
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll 2
+  for (int k0 = 0; k0 < K; k0 += 8) {
+    const uint32_t af[4] = {__float_as_uint(a(g, k0 + t)), __float_as_uint(a(g + 8, k0 + t)),
+                            __float_as_uint(a(g, k0 + t + 4)), __float_as_uint(a(g + 8, k0 + t + 4))};
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      const float2 lo = b2(k0 + t, 16 * np + 2 * g), hi = b2(k0 + t + 4, 16 * np + 2 * g);
+      mma_tf32(acc[2 * np], af, __float_as_uint(lo.x), __float_as_uint(hi.x));
+      mma_tf32(acc[2 * np + 1], af, __float_as_uint(lo.y), __float_as_uint(hi.y));
+    }
+  }
+}
+
+// Columns 16p + 4t .. 16p + 4t + 3 of row g + 8h of a warp_mma_tf32_npairs result.
+template <int NT>
+__device__ __forceinline__ float4 quad(const float (&acc)[NT][4], int p, int h) {
+  return make_float4(acc[2 * p][2 * h], acc[2 * p + 1][2 * h], acc[2 * p][2 * h + 1], acc[2 * p + 1][2 * h + 1]);
 }
 
 template <int NT>
@@ -56,225 +149,390 @@ __device__ __forceinline__ void zero_acc(float (&x)[NT][4]) {
 #pragma unroll
   for (int i = 0; i < NT; ++i) x[i][0] = x[i][1] = x[i][2] = x[i][3] = 0.f;
 }
+
+// acc[16 x 16] += A[16 x 16] B[16 x 16] on f32 values (mma_f32_split), in the pair k order of warp_mma_tf32_pairs:
+// afrag(ks, a) fills the A fragment of k step ks (a0 = A(g, 8ks + 2t), a1 = A(g + 8, ..), a2 = A(g, 8ks + 2t + 1),
+// a3 = A(g + 8, ..)); b2(k, n) = {B(k, n), B(k + 1, n)}. In this order the accumulator of n tile ks is exactly
+// the A fragment of k step ks of a next product: {c0, c2, c1, c3}.
+template <typename FA, typename FB>
+__device__ __forceinline__ void tile16_f32(float (&acc)[2][4], FA afrag, FB b2) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int ks = 0; ks < 2; ++ks) {
+    float a[4];
+    afrag(ks, a);
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const float2 bb = b2(8 * ks + 2 * t, 8 * nt + g);
+      mma_f32_split(acc[nt], a, bb.x, bb.y);
+    }
+  }
+}
+
+// One 16 x 16 block (i, j), i > j, of T = (I + A)^{-1}, from the recursive 2 x 2 form T_BA = -T_BB A_BA T_AA
+// (B = block rows k0..i of the level, A = block columns j..l1), in s that holds T on and below the blocks already
+// solved and A elsewhere. Transposed, T_ij^T = -sum_{k=k0..i} Z_k T_ik^T with Z_k = sum_{l=j..l1} T_lj^T A_kl^T,
+// so that Z_k's accumulator is the A fragment of the outer product (no staging through shared memory).
+// Returns -T_ij^T in the accumulator layout: r[nt][e] = T_ij(8nt + 2t + e % 2, g + 8 (e / 2)).
+template <int NK, int NL>
+__device__ __forceinline__ void solve_block(const float* s, int i, int j, int k0, int l1, float (&r)[2][4]) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  zero_acc(r);
+#pragma unroll
+  for (int kk = 0; kk < NK; ++kk) {
+    const int k = k0 + kk;
+    if (k > i) continue;  // warp-uniform
+    float z[2][4];
+    zero_acc(z);
+#pragma unroll
+    for (int ll = 0; ll < NL; ++ll) {
+      const int l = j + ll;
+      if (l > l1) continue;
+      // A operand T_lj^T(m, q) = T_lj(q, m); B operand A_kl^T(q, n) = A_kl(n, q), a row of A.
+      tile16_f32(
+          z,
+          [&](int ks, float(&a)[4]) {
+            const float* p = s + (16 * l + 8 * ks + 2 * t) * LS + 16 * j + g;
+            a[0] = p[0];
+            a[1] = p[8];
+            a[2] = p[LS];
+            a[3] = p[LS + 8];
+          },
+          [&](int q, int n) { return *reinterpret_cast<const float2*>(s + (16 * k + n) * LS + 16 * l + q); });
+    }
+    // B operand T_ik^T(q, n) = T_ik(n, q), a row of T.
+    tile16_f32(
+        r,
+        [&](int ks, float(&a)[4]) {
+          a[0] = z[ks][0];
+          a[1] = z[ks][2];
+          a[2] = z[ks][1];
+          a[3] = z[ks][3];
+        },
+        [&](int q, int n) { return *reinterpret_cast<const float2*>(s + (16 * i + n) * LS + 16 * k + q); });
+  }
+}
+
+// Writes T_ij from solve_block's result.
+__device__ __forceinline__ void store_block(float* s, int i, int j, const float (&r)[2][4]) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[(16 * i + 8 * nt + 2 * t + e % 2) * LS + 16 * j + g + 8 * (e / 2)] = -r[nt][e];
+}
 }  // namespace prep_tc_detail
 
-// Shared memory of prep_tc_kernel (floats unless noted).
+// Shared memory of prep_tc_kernel (floats unless noted). Three tiles and beta:
+//   sW [C][LW]  W (TF32)
+//   sX [C][LS]  X^T (TF32), then M^T (TF32), then U (TF32, row stride LW; at D = 128 it runs on into sT)
+//   sT [C][LS]  K (input dtype, row stride LK), then A, T (in place), T b (TF32)
 template <typename T, int D>
 struct PrepTcSmem {
   static constexpr int C = kChunk, LS = prep_tc_detail::LS;
-  static constexpr int LW = D + 8;  // sW row stride (f32) and of U in sA
-  static constexpr int LK = D + 8;  // sK row stride (elements of T)
-  static constexpr int kW = C * LW;                                   // sW  [C][LW]  W (TF32)
-  static constexpr int kK = (C * LK * (int)sizeof(T) + 15) / 16 * 4;  // sK  [C][LK]  K (input dtype), in floats
-  static constexpr int kA = C * (LS > LW ? LS : LW);                  // sA  A, then X (TF32), then U (TF32)
-  static constexpr int kT = C * LS;                                   // sT  T, then T b (TF32), then M (TF32)
-  static constexpr int kY = 3 * 16 * 16;                              // sY  scratch of the blocked solve
-  static constexpr int kBytes = (kW + kK + kA + kT + kY + C) * 4;
+  static constexpr int LW = D + 8;  // sW row stride (f32) and of U
+  static constexpr int LK = D + 8;  // K row stride (elements of T)
+  static constexpr int kW = C * LW;
+  static constexpr int kX = C * LS;
+  static constexpr int kT = C * LS;
+  static constexpr int kBytes = (kW + kX + kT + C) * 4;
+  static_assert(C * LK * (int)sizeof(T) <= kT * 4, "K must fit in the tile of A / T");
+  static_assert(C * LW <= kX + kT, "U must fit in the tiles of X and T");
 };
 
 template <typename T, int D>
-__global__ void __launch_bounds__(128) prep_tc_kernel(Params p) {
+__global__ void __launch_bounds__(128, D == 64 ? 4 : 3) prep_tc_kernel(Params p) {
   using namespace prep_tc_detail;
   using SM = PrepTcSmem<T, D>;
   constexpr int LW = SM::LW, LK = SM::LK;
   constexpr int NTD = D / 8, NTC = C / 8;
-  extern __shared__ float smem[];
+  extern __shared__ float smem[];  // dynamic shared memory starts 16-byte aligned (float4 and uint4 accesses)
   float* sW = smem;
-  T* sK = reinterpret_cast<T*>(sW + SM::kW);
-  float* sA = sW + SM::kW + SM::kK;
-  float* sT = sA + SM::kA;
-  float* sY = sT + SM::kT;
-  float* sBeta = sY + SM::kY;
+  float* sX = sW + SM::kW;
+  float* sT = sX + SM::kX;
+  T* sK = reinterpret_cast<T*>(sT);
+  float* sU = sX;
+  float* sBeta = sT + SM::kT;
 
   const int gc = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
   const int rw = warp * 16;  // this warp's first row
   const ChunkInfo ci = p.chunks[gc];
-  const T* k = static_cast<const T*>(p.k);
+  const uint16_t* k16 = static_cast<const uint16_t*>(p.k);  // K as raw 16-bit patterns
 
-  const int64_t base = ((int64_t)gc * p.H + h) * C;
-  T* gU = static_cast<T*>(p.ws.u) + base * D;
-  T* gW = static_cast<T*>(p.ws.w) + base * D;
-  T* gK = static_cast<T*>(p.ws.khat) + base * D;
-  T* gM = static_cast<T*>(p.ws.m) + base * C;
-  T* gE = static_cast<T*>(p.ws.step) + ((int64_t)gc * p.H + h) * D * D;
+  // This CTA's tile of a workspace output of n elements per (chunk, head), formed where it is written (fewer
+  // registers live across the solve).
+  auto ws_tile = [&](void* ws, int n) { return static_cast<T*>(ws) + ((int64_t)gc * p.H + h) * n; };
   auto store2 = [](T* dst, float lo, float hi) { *reinterpret_cast<uint32_t*>(dst) = TypeTraits<T>::pack(lo, hi); };
+  auto store4 = [](T* dst, float4 v) {
+    *reinterpret_cast<uint2*>(dst) = make_uint2(TypeTraits<T>::pack(v.x, v.y), TypeTraits<T>::pack(v.z, v.w));
+  };
 
-  // All loads of a thread are issued before the first use (a fully unrolled loop of compile-time length):
-  // the first version looped load -> store, and each iteration waited a full global-memory latency.
-  {
-    constexpr int kIters = C * D / 128;
-    float wv[kIters];
-    T kv[kIters];
+  // Row 0 of the chunk in w and k; rows add r * stride.t.
+  const int64_t w0 = ci.b * p.sw.b + (int64_t)ci.t0 * p.sw.t + h * p.sw.h;
+  const int64_t k0 = ci.b * p.sk.b + (int64_t)ci.t0 * p.sk.t + h * p.sk.h;
+  // 16-byte loads need 16-byte aligned rows: aligned pointers and strides in whole 16-byte units.
+  const int wq = p.w_is_bf16 ? 8 : 4;  // elements of w per 16 bytes
+  const bool vec = (reinterpret_cast<uintptr_t>(p.w) & 15) == 0 && (reinterpret_cast<uintptr_t>(p.k) & 15) == 0 &&
+                   ((p.sw.b | p.sw.t | p.sw.h) & (wq - 1)) == 0 && ((p.sk.b | p.sk.t | p.sk.h) & 7) == 0;
+
+  // Load W, K: each thread takes groups of 8 consecutive elements of a row. All loads of a thread are issued
+  // before the first use (a fully unrolled loop of compile-time length): an earlier version looped
+  // load -> store, and each iteration waited a full global-memory latency.
+  auto load_wk = [&](auto mode) {
+    constexpr int kMode = decltype(mode)::value;  // 0: scalar, 1: 16-byte with f32 w, 2: 16-byte with bf16 w
+    constexpr int kG = C * D / 8 / 128;
+    float wv[kG][8];
+    uint32_t kv[kG][4];
 #pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-      const int e = it * 128 + tid, r = e / D, d = e % D;
-      wv[it] = 0.f;
-      kv[it] = TypeTraits<T>::from_float(0.f);
+    for (int it = 0; it < kG; ++it) {
+      const int e = it * 128 + tid, r = e / (D / 8), c = e % (D / 8) * 8;
+#pragma unroll
+      for (int q = 0; q < 8; ++q) wv[it][q] = 0.f;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) kv[it][q] = 0u;
       if (r < ci.len) {
-        const int64_t t = ci.t0 + r;
-        wv[it] = load_w(p.w, ci.b * p.sw.b + t * p.sw.t + h * p.sw.h + d, p.w_is_bf16);
-        kv[it] = k[ci.b * p.sk.b + t * p.sk.t + h * p.sk.h + d];
-      }
-    }
+        const int64_t ow = w0 + r * p.sw.t + c, ok = k0 + r * p.sk.t + c;
+        if constexpr (kMode == 0) {
 #pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-      const int e = it * 128 + tid, r = e / D, d = e % D;
-      sW[r * LW + d] = tf32(wv[it]);
-      sK[r * LK + d] = kv[it];
-      gW[e] = TypeTraits<T>::from_float(wv[it]);  // W in the tensor-core dtype, rounded once from the input
-    }
-  }
+          for (int q = 0; q < 8; ++q) wv[it][q] = load_w(p.w, ow + q, p.w_is_bf16);
 #pragma unroll
-  for (int e = tid; e < C * LS; e += 128) sT[e] = 0.f;
-  for (int r = tid; r < C; r += blockDim.x)
-    sBeta[r] = r < ci.len ? p.beta[ci.b * p.sbeta.b + (int64_t)(ci.t0 + r) * p.sbeta.t + h * p.sbeta.h] : 0.f;
-  __syncthreads();
-
-  // A = strict_lower(b W W^T)   (Eq. 10), f32 for the solve.
-  {
-    float acc[NTC][4];
-    zero_acc(acc);
-    warp_mma_tf32<NTC, D>(acc, [&](int i, int kk) { return sW[(rw + i) * LW + kk]; },
-                          [&](int kk, int n) { return sW[n * LW + kk]; });
+          for (int q = 0; q < 4; ++q) kv[it][q] = (uint32_t)k16[ok + 2 * q] | ((uint32_t)k16[ok + 2 * q + 1] << 16);
+        } else {
+          if constexpr (kMode == 1) {
+            const float4* src = reinterpret_cast<const float4*>(static_cast<const float*>(p.w) + ow);
+            const float4 a = __ldg(src), b = __ldg(src + 1);
+            wv[it][0] = a.x, wv[it][1] = a.y, wv[it][2] = a.z, wv[it][3] = a.w;
+            wv[it][4] = b.x, wv[it][5] = b.y, wv[it][6] = b.z, wv[it][7] = b.w;
+          } else {
+            const uint4 v = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.w) + ow));
+            const uint32_t u[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int nt = 0; nt < NTC; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = rw + g + 8 * (e / 2), j = nt * 8 + 2 * t4 + e % 2;
-        sA[i * LS + j] = i > j ? sBeta[i] * acc[nt][e] : 0.f;
-      }
-  }
-  __syncthreads();
-
-  // T = (I + A)^{-1}, blocked: the four 16 x 16 diagonal blocks by forward substitution (one column per thread),
-  // then block row by block row T_bj = -T_bb sum_{j <= k < b} A_bk T_kj.
-  // Every loop below has compile-time bounds and is unrolled (predicated instead of variable bounds), so that
-  // the shared-memory loads of a dependency chain are issued ahead of its FMAs: the first version's variable-bound
-  // loops made this solve a chain of load-latency steps (measured: the preprocess took 9.5 ms at 32 x 4096).
-  if (tid < C) {
-    const int b0 = (tid / 16) * 16, c = tid % 16;
-    float col[16];  // column c of the diagonal block, in registers
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      float s = 0.f;
-#pragma unroll
-      for (int l = 0; l < i; ++l) s = fmaf(sA[(b0 + i) * LS + b0 + l], col[l], s);
-      col[i] = i < c ? 0.f : (i == c ? 1.f : -s);  // rows above c: col[l] = 0 there, so the sum starts at c
-      sT[(b0 + i) * LS + b0 + c] = col[i];
-    }
-  }
-  __syncthreads();
-#pragma unroll
-  for (int bi = 1; bi < 4; ++bi) {
-#pragma unroll
-    for (int it = 0; it < 2 * bi; ++it) {  // bi * 256 entries of Y over 128 threads
-      const int e = it * 128 + tid, j = e / 256, r = (e % 256) / 16, c = e % 16;
-      float s = 0.f;
-#pragma unroll
-      for (int kb = 0; kb < bi; ++kb)
-        if (kb >= j) {
-#pragma unroll
-          for (int l = 0; l < 16; ++l) s = fmaf(sA[(16 * bi + r) * LS + 16 * kb + l], sT[(16 * kb + l) * LS + 16 * j + c], s);
+            for (int q = 0; q < 4; ++q) {  // bf16 -> f32 is the top half of the f32 bit pattern
+              wv[it][2 * q] = __uint_as_float(u[q] << 16);
+              wv[it][2 * q + 1] = __uint_as_float(u[q] & 0xffff0000u);
+            }
+          }
+          const uint4 v = __ldg(reinterpret_cast<const uint4*>(k16 + ok));
+          kv[it][0] = v.x, kv[it][1] = v.y, kv[it][2] = v.z, kv[it][3] = v.w;
         }
-      sY[e] = s;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int it = 0; it < 2 * bi; ++it) {
-      const int e = it * 128 + tid, j = e / 256, r = (e % 256) / 16, c = e % 16;
-      float s = 0.f;
-#pragma unroll
-      for (int l = 0; l < 16; ++l) s = fmaf(sT[(16 * bi + r) * LS + 16 * bi + l], sY[j * 256 + l * 16 + c], s);
-      sT[(16 * bi + r) * LS + 16 * j + c] = -s;
-    }
-    __syncthreads();
-  }
-  // T b (column l scaled by beta_l: U and M both use T b), rounded to TF32 as an operand.
-#pragma unroll
-  for (int e = tid; e < C * C; e += 128) sT[(e / C) * LS + e % C] = tf32(sT[(e / C) * LS + e % C] * sBeta[e % C]);
-
-  // X = strict_lower(W K^T) into sA (A is dead after the solve)   (Eq. 12)
-  {
-    float acc[NTC][4];
-    zero_acc(acc);
-    warp_mma_tf32<NTC, D>(acc, [&](int i, int kk) { return sW[(rw + i) * LW + kk]; },
-                          [&](int kk, int n) { return TypeTraits<T>::to_float(sK[n * LK + kk]); });
-#pragma unroll
-    for (int nt = 0; nt < NTC; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = rw + g + 8 * (e / 2), j = nt * 8 + 2 * t4 + e % 2;
-        sA[i * LS + j] = i > j ? tf32(acc[nt][e]) : 0.f;
       }
-  }
+    }
+#pragma unroll
+    for (int it = 0; it < kG; ++it) {
+      const int e = it * 128 + tid, r = e / (D / 8), c = e % (D / 8) * 8;
+      float4* dw = reinterpret_cast<float4*>(sW + r * LW + c);
+      dw[0] = make_float4(tf32(wv[it][0]), tf32(wv[it][1]), tf32(wv[it][2]), tf32(wv[it][3]));
+      dw[1] = make_float4(tf32(wv[it][4]), tf32(wv[it][5]), tf32(wv[it][6]), tf32(wv[it][7]));
+      *reinterpret_cast<uint4*>(sK + r * LK + c) = make_uint4(kv[it][0], kv[it][1], kv[it][2], kv[it][3]);
+      // W in the tensor-core dtype, rounded once from the input.
+      *reinterpret_cast<uint4*>(ws_tile(p.ws.w, C * D) + r * D + c) =
+          make_uint4(TypeTraits<T>::pack(wv[it][0], wv[it][1]), TypeTraits<T>::pack(wv[it][2], wv[it][3]),
+                     TypeTraits<T>::pack(wv[it][4], wv[it][5]), TypeTraits<T>::pack(wv[it][6], wv[it][7]));
+    }
+  };
+  // beta first, so that its load is in flight with those of W and K.
+  const float bt = tid < ci.len ? p.beta[ci.b * p.sbeta.b + (int64_t)(ci.t0 + tid) * p.sbeta.t + h * p.sbeta.h] : 0.f;
+  if (!vec)
+    load_wk(std::integral_constant<int, 0>{});
+  else if (p.w_is_bf16)
+    load_wk(std::integral_constant<int, 2>{});
+  else
+    load_wk(std::integral_constant<int, 1>{});
+  if (tid < C) sBeta[tid] = bt;
   __syncthreads();
 
-  // U = (T b) W (Eq. 10) and M = (T b) X (Eq. 12); each warp reads only its own rows of T b.
-  float accU[NTD][4];
-  zero_acc(accU);
-  warp_mma_tf32<NTD, C>(accU, [&](int i, int kk) { return sT[(rw + i) * LS + kk]; },
-                        [&](int kk, int n) { return sW[kk * LW + n]; });
-#pragma unroll
-  for (int nt = 0; nt < NTD; ++nt)
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-      store2(gU + (rw + g + 8 * half) * D + nt * 8 + 2 * t4, accU[nt][2 * half], accU[nt][2 * half + 1]);
+  // X = strict_lower(W K^T) (Eq. 12) and A = strict_lower(b W W^T) (Eq. 10), both with W's rows as B: X as
+  // X^T = K W^T (warp w: rows 16w.. of X^T, K's rows as the A operand, unpacked once per fragment), stored so
+  // (TF32) for M = T b X to read along k; A in f32 for the solve, into the tile of K once every warp is done with K.
   {
-    float acc[NTC][4];
-    zero_acc(acc);
-    warp_mma_tf32<NTC, C>(acc, [&](int i, int kk) { return sT[(rw + i) * LS + kk]; },
-                          [&](int kk, int n) { return sA[kk * LS + n]; });
-    __syncwarp();  // this warp's reads of its T b rows are done: M takes their place
+    float accX[NTC][4], accA[NTC][4];
+    zero_acc(accX);
+    zero_acc(accA);
+    warp_mma_tf32_pairs2<NTC, D>(
+        accX, accA,
+        [&](int j, int kk) {
+          return TypeTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(sK + (rw + j) * LK + kk));
+        },
+        [&](int i, int kk) { return *reinterpret_cast<const float2*>(sW + (rw + i) * LW + kk); },
+        [&](int kk, int i) { return *reinterpret_cast<const float2*>(sW + i * LW + kk); });
 #pragma unroll
     for (int nt = 0; nt < NTC; ++nt)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int i = rw + g + 8 * half, j = nt * 8 + 2 * t4;
-        sT[i * LS + j] = tf32(acc[nt][2 * half]);
-        sT[i * LS + j + 1] = tf32(acc[nt][2 * half + 1]);
-        store2(gM + i * C + j, acc[nt][2 * half], acc[nt][2 * half + 1]);
+        const int j = rw + g + 8 * half, i = nt * 8 + 2 * t4;  // X^T(j, i) = X(i, j), kept where i > j
+        *reinterpret_cast<float2*>(sX + j * LS + i) =
+            make_float2(i > j ? tf32(accX[nt][2 * half]) : 0.f, i + 1 > j ? tf32(accX[nt][2 * half + 1]) : 0.f);
       }
-  }
-  __syncthreads();  // M complete in sT; every warp is done with X in sA
-  // U (TF32) into sA for E, rows of this warp.
-#pragma unroll
-  for (int nt = 0; nt < NTD; ++nt)
+    __syncthreads();
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int i = rw + g + 8 * half, d = nt * 8 + 2 * t4;
-      sA[i * LW + d] = tf32(accU[nt][2 * half]);
-      sA[i * LW + d + 1] = tf32(accU[nt][2 * half + 1]);
-    }
-  // K^ = K - M^T W   (Eq. 14); row j of K^ needs column j of M.
-  {
-    float acc[NTD][4];
-    zero_acc(acc);
-    warp_mma_tf32<NTD, C>(acc, [&](int j, int i) { return sT[i * LS + rw + j]; },
-                          [&](int i, int n) { return sW[i * LW + n]; });
+      const int i = rw + g + 8 * half;
+      const float bi = sBeta[i];
 #pragma unroll
-    for (int nt = 0; nt < NTD; ++nt)
+      for (int nt = 0; nt < NTC; ++nt) {
+        const int j = nt * 8 + 2 * t4;
+        *reinterpret_cast<float2*>(sT + i * LS + j) =
+            make_float2(i > j ? bi * accA[nt][2 * half] : 0.f, i > j + 1 ? bi * accA[nt][2 * half + 1] : 0.f);
+      }
+    }
+  }
+  __syncthreads();
+
+  // T = (I + A)^{-1} in place, blocked in 16 x 16: the four diagonal blocks by forward substitution (one column
+  // per thread, f32), then the recursive 2 x 2 form T_BA = -T_BB A_BA T_AA: blocks (1,0) and (3,2), then the
+  // 32 x 32 block of rows 2-3, columns 0-1 (solve_block). Loops have compile-time bounds and are unrolled, so the
+  // loads of a dependency chain are issued ahead of its FMAs (v3's variable-bound loops were load-latency chains).
+  {
+    float col[16];  // column c of the diagonal block, in registers until every thread has read A's block
+    const int b0 = (tid / 16) * 16, c = tid % 16;
+    if (tid < C) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        float s = 0.f;
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          if (4 * q < i) {
+            const float4 a = *reinterpret_cast<const float4*>(sT + (b0 + i) * LS + b0 + 4 * q);
+            const float av[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              if (4 * q + e < i) s = fmaf(av[e], col[4 * q + e], s);
+          }
+        col[i] = i < c ? 0.f : (i == c ? 1.f : -s);  // rows above c: col[l] = 0 there, so the sum starts at c
+      }
+    }
+    __syncthreads();
+    if (tid < C) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) sT[(b0 + i) * LS + b0 + c] = col[i];
+    }
+    __syncthreads();
+  }
+  if (warp < 2) {  // T_10 = -T_11 A_10 T_00 (warp 0), T_32 = -T_33 A_32 T_22 (warp 1): disjoint tiles
+    const int i = 1 + 2 * warp, j = 2 * warp;
+    float r[2][4];
+    solve_block<1, 1>(sT, i, j, i, j, r);
+    __syncwarp();  // every lane's reads of A_ij are done
+    store_block(sT, i, j, r);
+  }
+  __syncthreads();
+  {  // rows 2-3, columns 0-1: one block per warp; A_BA is read across warps, so store after a barrier
+    const int i = 2 + warp / 2, j = warp % 2;
+    float r[2][4];
+    solve_block<2, 2>(sT, i, j, 2, 1, r);
+    __syncthreads();
+    store_block(sT, i, j, r);
+  }
+  __syncthreads();
+  // T b (column l scaled by beta_l: U and M both use T b), rounded to TF32 as an operand; each warp scales the
+  // rows it reads in U and M.
+#pragma unroll
+  for (int it = 0; it < 8; ++it) {
+    const int q = it * 32 + lane, r = rw + q / 16, c = q % 16 * 4;
+    float4* pt = reinterpret_cast<float4*>(sT + r * LS + c);
+    const float4 v = *pt, b = *reinterpret_cast<const float4*>(sBeta + c);
+    *pt = make_float4(tf32(v.x * b.x), tf32(v.y * b.y), tf32(v.z * b.z), tf32(v.w * b.w));
+  }
+  __syncwarp();
+
+  // K rows of this lane in the accumulator layout of the K^ product (K's tile now holds T): from global memory
+  // (L2), issued here so that M hides the latency. Raw bf16/f16.
+  uint2 kraw[D / 16][2];  // K(rw + g + 8 half, 16 p + 4 t .. + 3), the layout of quad()
+#pragma unroll
+  for (int np = 0; np < D / 16; ++np)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int j = rw + g + 8 * half, d = 16 * np + 4 * t4;
+      kraw[np][half] = make_uint2(0u, 0u);
+      if (j < ci.len) {
+        const int64_t o = k0 + j * p.sk.t + d;
+        kraw[np][half] = vec ? __ldg(reinterpret_cast<const uint2*>(k16 + o))
+                             : make_uint2((uint32_t)k16[o] | ((uint32_t)k16[o + 1] << 16),
+                                          (uint32_t)k16[o + 2] | ((uint32_t)k16[o + 3] << 16));
+      }
+    }
+
+  // M = (T b) X (Eq. 12), each warp from its own rows of T b; stored transposed (TF32) in X's tile once every warp
+  // is done with X, so that K^ reads M^T along rows.
+  {
+    float acc[NTC][4];
+    zero_acc(acc);
+    warp_mma_tf32_pairs<NTC, C>(
+        acc, [&](int i, int kk) { return *reinterpret_cast<const float2*>(sT + (rw + i) * LS + kk); },
+        [&](int kk, int n) { return *reinterpret_cast<const float2*>(sX + n * LS + kk); });
+    T* gM = ws_tile(p.ws.m, C * C);
+#pragma unroll
+    for (int nt = 0; nt < NTC; ++nt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        store2(gM + (rw + g + 8 * half) * C + nt * 8 + 2 * t4, acc[nt][2 * half], acc[nt][2 * half + 1]);
+    __syncthreads();  // every warp is done with X
+#pragma unroll
+    for (int nt = 0; nt < NTC; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sX[(nt * 8 + 2 * t4 + e % 2) * LS + rw + g + 8 * (e / 2)] = tf32(acc[nt][e]);
+  }
+  __syncthreads();  // M^T complete
+  // K^ = K - M^T W   (Eq. 14). In column blocks of 64 (fewer live registers at D = 128).
+#pragma unroll
+  for (int db = 0; db < D / 64; ++db) {
+    float acc[8][4];
+    zero_acc(acc);
+    warp_mma_tf32_npairs<8, C>(
+        acc, [&](int j, int i) { return sX[(rw + j) * LS + i]; },
+        [&](int i, int n) { return *reinterpret_cast<const float2*>(sW + i * LW + db * 64 + n); });
+    T* gK = ws_tile(p.ws.khat, C * D);
+#pragma unroll
+    for (int np = 0; np < 4; ++np)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int j = rw + g + 8 * half, d = nt * 8 + 2 * t4;
-        const float2 kk = TypeTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(sK + j * LK + d));
-        store2(gK + j * D + d, kk.x - acc[nt][2 * half], kk.y - acc[nt][2 * half + 1]);
+        const int j = rw + g + 8 * half, d = db * 64 + 16 * np + 4 * t4;
+        const float2 ka = TypeTraits<T>::unpack(kraw[db * 4 + np][half].x),
+                     kb = TypeTraits<T>::unpack(kraw[db * 4 + np][half].y);
+        const float4 mw = quad(acc, np, half);
+        store4(gK + j * D + d, make_float4(ka.x - mw.x, ka.y - mw.y, kb.x - mw.z, kb.y - mw.w));
       }
   }
-  __syncthreads();  // U complete in sA
+  // U = (T b) W (Eq. 10), each warp from its own rows of T b; after K^ so that its accumulator is not live there.
+  {
+    float accU[NTD][4];
+    zero_acc(accU);
+    warp_mma_tf32_npairs<NTD, C>(accU, [&](int i, int kk) { return sT[(rw + i) * LS + kk]; },
+                                 [&](int kk, int n) { return *reinterpret_cast<const float2*>(sW + kk * LW + n); });
+    T* gU = ws_tile(p.ws.u, C * D);
+#pragma unroll
+    for (int np = 0; np < D / 16; ++np)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        store4(gU + (rw + g + 8 * half) * D + 16 * np + 4 * t4, quad(accU, np, half));
+    __syncthreads();  // every warp is done with M^T (sX) and T b (sT): U (TF32) takes their place
+#pragma unroll
+    for (int np = 0; np < D / 16; ++np)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float4 u = quad(accU, np, half);
+        *reinterpret_cast<float4*>(sU + (rw + g + 8 * half) * LW + 16 * np + 4 * t4) =
+            make_float4(tf32(u.x), tf32(u.y), tf32(u.z), tf32(u.w));
+      }
+  }
+  __syncthreads();  // U complete
   // E = -U^T W (Eq. 32): D rows, 16 per warp and row block (two blocks per warp at D = 128).
 #pragma unroll
   for (int nb = 0; nb < D / 64; ++nb) {
     const int n0 = nb * 64 + rw;
     float acc[NTD][4];
     zero_acc(acc);
-    warp_mma_tf32<NTD, C>(acc, [&](int n, int i) { return sA[i * LW + n0 + n]; },
-                          [&](int i, int d) { return sW[i * LW + d]; });
+    warp_mma_tf32_npairs<NTD, C>(acc, [&](int n, int i) { return sU[i * LW + n0 + n]; },
+                                 [&](int i, int d) { return *reinterpret_cast<const float2*>(sW + i * LW + d); });
+    T* gE = ws_tile(p.ws.step, D * D);
 #pragma unroll
-    for (int nt = 0; nt < NTD; ++nt)
+    for (int np = 0; np < D / 16; ++np)
 #pragma unroll
-      for (int half = 0; half < 2; ++half)
-        store2(gE + (n0 + g + 8 * half) * D + nt * 8 + 2 * t4, -acc[nt][2 * half], -acc[nt][2 * half + 1]);
+      for (int half = 0; half < 2; ++half) {
+        const float4 e = quad(acc, np, half);
+        store4(gE + (n0 + g + 8 * half) * D + 16 * np + 4 * t4, make_float4(-e.x, -e.y, -e.z, -e.w));
+      }
   }
 }
 

@@ -19,6 +19,9 @@ template <typename T, int D>
 void launch_prep_tc(const Params& p, cudaStream_t stream) {
   constexpr int bytes = PrepTcSmem<T, D>::kBytes;
   CUDA_CHECK(cudaFuncSetAttribute(prep_tc_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  // All of L1 as shared memory: 4 CTAs of 54 KB per SM at D = 64 need 226 KB of the 228.
+  CUDA_CHECK(cudaFuncSetAttribute(prep_tc_kernel<T, D>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  cudaSharedmemCarveoutMaxShared));
   prep_tc_kernel<T, D><<<dim3(p.num_chunks, p.H), 128, bytes, stream>>>(p);
   CUDA_CHECK_LAUNCH("prep_tc_kernel");
 }
