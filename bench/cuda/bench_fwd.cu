@@ -1,8 +1,9 @@
 // Question: how fast is our CUDA forward at the issue's shapes, against the FLOP ceiling?
 // Times pathattn::forward (Backend::cuda, bf16, no gate, no kcache) with CUDA events: warm-up, then the median of
 // many runs, rotating between input sets so that no run finds its inputs in L2 from the previous one.
-// Prints ms, TFLOP/s by FlashAttention's count (4 B HQ D T^2 / 2, causal) and by PaTH's count (twice that: two
-// more C x C x D products per key chunk, docs/math.md Eq. 16), and % of 790 TFLOP/s (dense bf16 measured on
+// Prints ms, TFLOP/s by FlashAttention's count (4 B HQ D T^2 / 2, causal) and by PaTH's count (that times
+// 1 + D / (2 C): one more C x D x D product per key chunk, Q~ E^T of docs/math.md Eq. 32; 1.5x at D = 64, 2x at
+// D = 128), and % of 790 TFLOP/s (dense bf16 measured on
 // this H200, docs/perf/notes.md). Writes the rows as CSV for bench/cuda/baselines.py.
 //
 //   bench_fwd [--csv FILE] [--iters N] [--only D] [--shape B,T,H,D]
@@ -162,9 +163,10 @@ int main(int argc, char** argv) {
     const double med = ms[iters / 2];
     const double fa = 4.0 * s.B * s.H * s.D * double(s.T) * s.T / 2.0;
     const double tf = fa / (med * 1e-3) / 1e12;
+    const double path_factor = 1.0 + s.D / (2.0 * 64);  // chunk C = 64
     std::printf("%4d %6d %3d %4d %10.3f %12.1f %7.1f%% %14.1f\n", s.B, s.T, s.H, s.D, med, tf, 100.0 * tf / kPeakTflops,
-                2 * tf);
-    if (out) std::fprintf(out, "%d,%d,%d,%d,%.4f,%.2f,%.2f\n", s.B, s.T, s.H, s.D, med, tf, 2 * tf);
+                path_factor * tf);
+    if (out) std::fprintf(out, "%d,%d,%d,%d,%.4f,%.2f,%.2f\n", s.B, s.T, s.H, s.D, med, tf, path_factor * tf);
     std::fflush(stdout);
     for (Inputs4& x : sets) {
       cudaFree(x.q);

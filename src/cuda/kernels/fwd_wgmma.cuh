@@ -137,17 +137,19 @@ __global__ void __launch_bounds__(128, 3)
 
     uint32_t qa[KD][4];
     to_a_frags<T, NT>(qf, qa, 1.f);
-    const uint32_t sk_addr = smem_addr(tile(3 * st)), se_addr = smem_addr(tile(3 * st + 1)),
-                   sv_addr = smem_addr(tile(3 * st + 2));
+    // Descriptors of this stage's tiles; a k16 step adds 32 bytes (K-major) or 2048 bytes (V) to the start
+    // address field, which holds the address in 16-byte units: +2 and +128.
+    const uint64_t dk = wgmma_desc_sw128(smem_addr(tile(3 * st))), de = wgmma_desc_sw128(smem_addr(tile(3 * st + 1))),
+                   dv = wgmma_desc_sw128(smem_addr(tile(3 * st + 2)));
     float s[NC8][4];
     wgmma_fence_operand(qf);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < KD; ++kk)  // S = Q~ K^_c^T: a k16 step is 32 bytes along the swizzled K^ rows
-      wgmma_m64n64k16_rs<0>(s, qa[kk], wgmma_desc_sw128(sk_addr + kk * 32), kk > 0, Tag{});
+      wgmma_m64n64k16_rs<0>(s, qa[kk], dk + 2 * kk, kk > 0, Tag{});
     if (c > first) {  // Q~ <- Q~ + Q~ E_c^T (Eq. 32): not needed after the sequence's first chunk
 #pragma unroll
-      for (int kk = 0; kk < KD; ++kk) wgmma_m64n64k16_rs<0>(qf, qa[kk], wgmma_desc_sw128(se_addr + kk * 32), 1, Tag{});
+      for (int kk = 0; kk < KD; ++kk) wgmma_m64n64k16_rs<0>(qf, qa[kk], de + 2 * kk, 1, Tag{});
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -172,7 +174,7 @@ __global__ void __launch_bounds__(128, 3)
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < KC; ++kk)  // O += P V_c: V is [key][d], read transposed; a k16 step is 16 rows, 2048 bytes
-      wgmma_m64n64k16_rs<1>(o, pa[kk], wgmma_desc_sw128(sv_addr + kk * 2048), 1, Tag{});
+      wgmma_m64n64k16_rs<1>(o, pa[kk], dv + 128 * kk, 1, Tag{});
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_fence_operand(o);
