@@ -5,6 +5,7 @@
 #   tools/gpu_check.sh [all|test|bench|quick]   (run from the repository root on the H200 machine)
 #   quick: the gpu tests and bench_fwd with per-stage times, no sanitizer, no baselines
 #   ncu:   the gpu tests, then Nsight Compute on one 32 x 4096 (H 32, D 64) forward: each kernel once
+#   torch: the torch extension built against the machine's torch (CUDA on) and pytest tests/python on it
 #
 # Expects third_party_fetched/googletest (a copy of /usr/src/googletest; the GPU image has no gtest) and
 # third_party_fetched/fla (a work tree of fla-org/flash-linear-attention) to be carried along (git-ignored).
@@ -91,6 +92,21 @@ if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
   PYTHONUNBUFFERED=1 PYTHONPATH=$ROOT/third_party_fetched/fla timeout 400 python3 bench/cuda/baselines.py \
     --ours "$OUT/ours.csv" --md "$OUT/table.md" >> "$OUT/bench.log" 2>&1
   note "baselines: rc=$? ($(( $(date +%s) - t0 )) s)"
+fi
+
+if [ "$MODE" = torch ]; then
+  t0=$(date +%s)
+  if { cmake -S . -B build-gpu-torch -DPATHATTN_TORCH=ON -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=OFF -DPATHATTN_BENCH=OFF \
+         -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')" \
+         -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) &&
+       make -C build-gpu-torch -j16 pathattn_torch; } > "$OUT/torch_build.log" 2>&1; then
+    note "torch extension build: ok ($(( $(date +%s) - t0 )) s)"
+    PATHATTN_LIBRARY=$(find build-gpu-torch -name 'libpathattn_torch.so' | head -1) PYTHONPATH=$ROOT/python \
+      python3 -m pytest -q tests/python > "$OUT/pytest.log" 2>&1
+    note "pytest (torch $(python3 -c 'import torch;print(torch.__version__)')): $(tail -1 "$OUT/pytest.log")"
+  else
+    note "torch extension build FAILED (see torch_build.log)"; tail -20 "$OUT/torch_build.log"
+  fi
 fi
 
 echo "==== summary"

@@ -24,9 +24,10 @@ namespace {
 struct GpuSpec {
   Spec s;
   DType dt = DType::bf16;
-  bool w_lowp = false;  // pass w in bf16 instead of f32
+  bool w_lowp = false;    // pass w in bf16 instead of f32
+  bool w_padded = false;  // w rows padded by one element: strides that rule out 16-byte loads (scalar path)
   std::string name() const {
-    return s.name() + (dt == DType::bf16 ? "_bf16" : "_f16") + (w_lowp ? "_wbf16" : "");
+    return s.name() + (dt == DType::bf16 ? "_bf16" : "_f16") + (w_lowp ? "_wbf16" : "") + (w_padded ? "_wpad" : "");
   }
 };
 
@@ -83,14 +84,16 @@ struct DevBuf {
   }
 };
 
-// A [B, T, X, Y] tensor uploaded to the device, stored [B, X, T, Y] when permuted (a strided view).
+// A [B, T, X, Y] tensor uploaded to the device, stored [B, X, T, Y] when permuted (a strided view), each
+// row of Y stored with `pad` unused elements after it.
 struct DevTensor {
   DevBuf buf;
   TensorView view;
-  DevTensor(const std::vector<double>& src, std::vector<int64_t> sizes, DType dt, bool permuted)
-      : buf(static_cast<size_t>(src.size()) * dtype_size(dt)) {
+  DevTensor(const std::vector<double>& src, std::vector<int64_t> sizes, DType dt, bool permuted, int64_t pad = 0)
+      : buf(static_cast<size_t>(src.size() / sizes.back() * (sizes.back() + pad)) * dtype_size(dt)) {
     const int nd = static_cast<int>(sizes.size());
     std::vector<int64_t> store = sizes, st(nd);
+    store[nd - 1] += pad;
     if (permuted && nd >= 3) std::swap(store[1], store[2]);
     int64_t stride = 1;
     for (int d = nd - 1; d >= 0; --d) {
@@ -185,7 +188,7 @@ TEST_P(CudaForward, MatchesReference) {
   DevTensor q(P.q, {s.B, s.T, s.HQ, s.D}, gs.dt, s.permuted);
   DevTensor k(P.k, {s.B, s.T, s.H, s.D}, gs.dt, s.permuted);
   DevTensor v(P.v, {s.B, s.T, s.H, s.DV}, gs.dt, s.permuted);
-  DevTensor w(P.w, {s.B, s.T, s.H, s.D}, gs.w_lowp ? DType::bf16 : DType::f32, s.permuted);
+  DevTensor w(P.w, {s.B, s.T, s.H, s.D}, gs.w_lowp ? DType::bf16 : DType::f32, s.permuted, gs.w_padded ? 1 : 0);
   DevTensor beta(P.beta, {s.B, s.T, s.H}, DType::f32, s.permuted);
   std::unique_ptr<DevTensor> g, cu;
   Inputs in;
@@ -255,6 +258,9 @@ std::vector<GpuSpec> cases() {
   // Non-contiguous views ([B, H, T, D] storage) and w given in bf16.
   c.push_back({{.B = 2, .T = 130, .H = 2, .HQ = 4, .D = 64, .DV = 64, .gate = true, .permuted = true, .seed = 12}, DType::bf16, true});
   c.push_back({{.B = 1, .T = 97, .H = 2, .HQ = 2, .D = 128, .DV = 128, .permuted = true, .seed = 13}, DType::f16});
+  // w with row strides of D + 1 (f32 and bf16): the preprocess's scalar load path.
+  c.push_back({{.B = 2, .T = 130, .H = 2, .HQ = 2, .D = 64, .DV = 64, .seed = 14}, DType::bf16, false, true});
+  c.push_back({{.B = 1, .T = 97, .H = 2, .HQ = 4, .D = 128, .DV = 128, .gate = true, .seed = 15}, DType::f16, true, true});
   return c;
 }
 INSTANTIATE_TEST_SUITE_P(Cases, CudaForward, ::testing::ValuesIn(cases()),
