@@ -3,7 +3,9 @@
 // reference is at most kLowPrecisionFactor times this baseline's error plus kLowPrecisionAbs.
 //
 // The baseline is the key-cache recurrence (docs/math.md Eq. 3, 4) as a plain bf16 / f16 decoder would run it:
-//   - q, k, v (and w when the kernel is given w in bf16) rounded to the low precision: the kernel's inputs;
+//   - q, k, v rounded to the low precision, and w to bf16 when the kernel is given w in bf16: the kernel's inputs
+//     (w is f32 or bf16 even when q is f16: the first version rounded it to q's dtype, which a case with f16 q and
+//     bf16 w exposed as a baseline too precise for the kernel's actual input);
 //   - the cache kept in f32 and updated in f32 (beta, w, the Householder step: f32, as SPEC 6 keeps them);
 //   - each logit a dot product of low-precision operands (q_t and the cached key rounded when used) with f32
 //     accumulation, the gate sum G in f64 (no extra error from it);
@@ -72,7 +74,7 @@ inline LowpResult lowp_forward(const Problem64& P, DType dt, bool w_lowp) {
         // Eq. 3 in f32: cache <- H_t cache, then append k_t.
         for (int64_t d = 0; d < D; ++d) {
           const float w = static_cast<float>(P.w[row(t, s.H, h, D) + d]);
-          wt[d] = w_lowp ? round_to(w, dt) : w;
+          wt[d] = w_lowp ? round_to(w, DType::bf16) : w;  // the kernel's w input: bf16 whatever q's dtype
         }
         const float bt = static_cast<float>(P.beta[(b * s.T + t0 + t) * s.H + h]);
         if (t > 0)
