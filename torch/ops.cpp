@@ -7,6 +7,10 @@
 
 #include "pathattn_ops.h"
 
+#ifdef PATHATTN_TORCH_CUDA_STREAMS
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 namespace pathattn::torch_ops {
 namespace {
 
@@ -25,6 +29,16 @@ auto translate_errors(Fn&& fn) {
   }
 }
 
+// torch's current stream on q's device for CUDA tensors, so the op orders like torch's own (a libtorch built
+// with CUDA; Debian's is CPU-only and has no CUDA tensors); null (unused) otherwise.
+void* kernel_stream(const Tensor& q) {
+#ifdef PATHATTN_TORCH_CUDA_STREAMS
+  if (q.is_cuda()) return c10::cuda::getCurrentCUDAStream(q.device().index()).stream();
+#endif
+  (void)q;
+  return nullptr;
+}
+
 Inputs make_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& beta,
                    const opt<Tensor>& g, opt<double> scale, const opt<Tensor>& cu_seqlens) {
   Inputs in;
@@ -36,6 +50,7 @@ Inputs make_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   in.g = to_view(g, "g");
   in.cu_seqlens = to_view(cu_seqlens, "cu_seqlens");
   if (scale.has_value()) in.scale = *scale;
+  in.cuda_stream = kernel_stream(q);
   return in;
 }
 

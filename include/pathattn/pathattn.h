@@ -74,6 +74,10 @@ struct Inputs {
   TensorView g;           // [B, T, HQ]     optional log forget gate (<= 0); absent: PaTH, present: PaTH-FoX
   TensorView cu_seqlens;  // [N + 1] int32  optional packed varlen batch, requires B == 1
   std::optional<double> scale;  // default D^-0.5
+  // CUDA backend: the cudaStream_t that kernels and copies are ordered on (null: the legacy default stream). The
+  // call returns once the kernels are queued; reading o means synchronising with this stream. Not capturable in
+  // a CUDA graph (the call uploads its chunk tables from the host; with cu_seqlens it also reads them back).
+  void* cuda_stream = nullptr;
 };
 
 struct ForwardOutputs {

@@ -33,11 +33,13 @@ Support check_rows(const TensorView& t, const char* name, int vec_elems) {
   return {};
 }
 
-// A grow-only device buffer per device, reused across calls (kernels run on the legacy default stream, so a
-// later call's copies wait for an earlier call's kernels).
+// A grow-only device buffer per device, reused across calls. Calls may come on different streams: each call's
+// stream first waits for the event recorded after the previous call's kernels (`done`), so a later call's table
+// upload never overwrites tables an earlier call's kernels on another stream still read.
 struct Scratch {
   void* ptr = nullptr;
   std::size_t bytes = 0;
+  cudaEvent_t done = nullptr;
 };
 std::mutex g_scratch_mutex;
 Scratch g_scratch[64];
@@ -65,7 +67,7 @@ struct DeviceGuard {
 };
 
 // Sequences as (b, t0, len): from the problem, or from cu_seqlens read back from the device.
-std::vector<Segment> sequences(const Problem& p, const Inputs& in) {
+std::vector<Segment> sequences(const Problem& p, const Inputs& in, cudaStream_t stream) {
   if (!p.varlen) {
     std::vector<Segment> s;
     for (int64_t b = 0; b < p.B; ++b) s.push_back({b, 0, p.T});
@@ -74,7 +76,9 @@ std::vector<Segment> sequences(const Problem& p, const Inputs& in) {
   const TensorView& cu = in.cu_seqlens;
   const int64_t n = cu.sizes[0] - 1;
   std::vector<int32_t> h(static_cast<std::size_t>((n * cu.strides[0]) + 1));
-  CUDA_CHECK(cudaMemcpy(h.data(), cu.data, h.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  // On the caller's stream, after whatever produced cu_seqlens there.
+  CUDA_CHECK(cudaMemcpyAsync(h.data(), cu.data, h.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
   auto at = [&](int64_t i) { return static_cast<int64_t>(h[i * cu.strides[0]]); };
   if (at(0) != 0) throw Error("pathattn: cu_seqlens[0] must be 0, got " + std::to_string(at(0)));
   std::vector<Segment> s;
@@ -119,7 +123,8 @@ void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out) {
   DeviceGuard guard(in.q.device_index);
 
   // Chunk and sequence tables; chunks restart at each sequence start.
-  const std::vector<Segment> segs = sequences(p, in);
+  const cudaStream_t stream = static_cast<cudaStream_t>(in.cuda_stream);
+  const std::vector<Segment> segs = sequences(p, in, stream);
   std::vector<ChunkInfo> chunks;
   std::vector<SeqInfo> seqs;
   for (const Segment& s : segs) {
@@ -164,10 +169,14 @@ void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out) {
 
   std::lock_guard<std::mutex> lock(g_scratch_mutex);
   char* ws = static_cast<char*>(scratch(in.q.device_index, off));
-  // Synchronous copies from pageable memory: the tables are in place before the kernels run.
-  CUDA_CHECK(cudaMemcpy(ws + o_chunks, chunks.data(), chunks.size() * sizeof(ChunkInfo), cudaMemcpyHostToDevice));
-  CUDA_CHECK(cudaMemcpy(ws + o_seqs, seqs.data(), seqs.size() * sizeof(SeqInfo), cudaMemcpyHostToDevice));
-  CUDA_CHECK(cudaMemcpy(ws + o_order, order.data(), order.size() * sizeof(int), cudaMemcpyHostToDevice));
+  Scratch& sc = g_scratch[in.q.device_index];
+  if (sc.done == nullptr) CUDA_CHECK(cudaEventCreateWithFlags(&sc.done, cudaEventDisableTiming));
+  CUDA_CHECK(cudaStreamWaitEvent(stream, sc.done, 0));  // the previous call's kernels, on any stream
+  // Copies from pageable memory on the stream: each returns once its source is staged (the host vectors may go),
+  // and lands after the stream's earlier work.
+  CUDA_CHECK(cudaMemcpyAsync(ws + o_chunks, chunks.data(), chunks.size() * sizeof(ChunkInfo), cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(ws + o_seqs, seqs.data(), seqs.size() * sizeof(SeqInfo), cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(ws + o_order, order.data(), order.size() * sizeof(int), cudaMemcpyHostToDevice, stream));
 
   Params prm{};
   prm.q = in.q.data;
@@ -217,7 +226,8 @@ void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out) {
     prm.ws.goff = reinterpret_cast<double*>(ws + o_goff);
     prm.ws.gtot = reinterpret_cast<double*>(ws + o_gtot);
   }
-  run_forward(prm, p.dtype, static_cast<int>(p.D), p.has_gate, want_kcache, /*stream=*/0);
+  run_forward(prm, p.dtype, static_cast<int>(p.D), p.has_gate, want_kcache, stream);
+  CUDA_CHECK(cudaEventRecord(sc.done, stream));
 }
 
 void backward(const Problem&, const Inputs&, const TensorView&, const TensorView&, const TensorView&, const Gradients&) {

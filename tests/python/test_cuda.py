@@ -68,3 +68,20 @@ def test_backward_raises_or_is_correct():
         err = (xc[n].grad.double().cpu() - l64.grad).abs().max().item()
         err_plain = (l16.grad.double() - l64.grad).abs().max().item()
         assert err <= LOW_PRECISION_FACTOR * err_plain + LOW_PRECISION_ATOL, (n, err, err_plain)
+
+
+def test_runs_on_the_current_stream():
+    """On a side stream, the op orders after the work that produced its inputs there (torch's current stream),
+    as torch's own ops do. With the kernels on the legacy default stream (the first version) this reads q before
+    the side stream has written it."""
+    x = random_inputs(2, 1024, 2, 2, D, D, seed=13)
+    xc = cuda_inputs(x)
+    expected = pathattn.path_attention(**xc)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(100_000_000)  # ~50 ms of GPU time on the side stream before q exists
+        q = xc["q"].clone()
+        o = pathattn.path_attention(**{**xc, "q": q})
+    side.synchronize()
+    assert torch.equal(o, expected)
