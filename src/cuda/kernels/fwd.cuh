@@ -129,13 +129,7 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1) fwd_kernel(Params p) {
                                   sl2, r0);
 
   // ---- Earlier chunks, right to left (Eq. 15, 16).
-  double goff_m = 0.0;
-  if constexpr (kGate) goff_m = p.ws.goff[(int64_t)gc * p.HQ + hq];
-  float gq[2] = {0.f, 0.f};
-  if constexpr (kGate) {
-    gq[0] = sGq[r0];
-    gq[1] = sGq[r0 + 8];
-  }
+  const QueryGate<kGate> qgate(p, gc, hq, sGq, r0);
   int st = 1;
   for (int c = gc - 1; c >= first; --c, st ^= 1) {
     cp_async_wait<0>();
@@ -148,7 +142,7 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1) fwd_kernel(Params p) {
     zero(s);
     gemm_nt<T, NC8, KD, SW>(s, qa, stage(st, 0), LD);  // Q~ K^_c^T
     float delta = 0.f;
-    if constexpr (kGate) delta = static_cast<float>(goff_m - p.ws.goff[(int64_t)c * p.HQ + hq]);
+    if constexpr (kGate) delta = static_cast<float>(qgate.goff - p.ws.goff[(int64_t)c * p.HQ + hq]);
 #pragma unroll
     for (int nt = 0; nt < NC8; ++nt)
 #pragma unroll
@@ -156,7 +150,7 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1) fwd_kernel(Params p) {
         float l = s[nt][e] * sl2;
         if constexpr (kGate) {
           const int j = nt * 8 + 2 * t4 + e % 2;
-          l += ((gq[e / 2] + delta) - sGk[st * C + j]) * kLog2e;
+          l += ((qgate.g[e / 2] + delta) - sGk[st * C + j]) * kLog2e;
         }
         s[nt][e] = l;
       }

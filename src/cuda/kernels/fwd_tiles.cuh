@@ -169,6 +169,22 @@ __device__ __forceinline__ void load_query_rows(float (&qf)[NT][4], const T* qb,
   }
 }
 
+// The gate (PaTH-FoX) of this thread's two query rows for the off-diagonal chunks: the query chunk's offset in
+// f64 (SPEC 6: G_i - G_j = (goff_m - goff_c) + gl_i - gl_j, the large offsets subtracted in f64) and the rows'
+// cumulative gate inside the chunk (sG, in shared memory). Zero and unused without the gate.
+template <bool kGate>
+struct QueryGate {
+  double goff = 0.0;
+  float g[2] = {0.f, 0.f};
+  __device__ __forceinline__ QueryGate(const Params& p, int gc, int hq, const float* sG, int r0) {
+    if constexpr (kGate) {
+      goff = p.ws.goff[(int64_t)gc * p.HQ + hq];
+      g[0] = sG[r0];
+      g[1] = sG[r0 + 8];
+    }
+  }
+};
+
 // The diagonal chunk (Eq. 12, 13) for this warp's 16 query rows, from shared tiles K, W, U, V (C x D, row stride
 // ld) and M (C x C, row stride ldm): S = lower(Q K^T) - lower(Q W^T) M, the softmax step with O += P V, and the
 // query carried to the chunk start, Q^ = Q - lower(Q W^T) U (in qf). sG: the chunk's cumulative gate (kGate).

@@ -117,13 +117,7 @@ __global__ void __launch_bounds__(128, 3)
   diagonal_block<T, D, true, kGate>(qf, o, sm_state, tile(0), tile(1), tile(6), tile(7), tile(2), D, C, sGq, 1.f, r0);
 
   // ---- Earlier chunks, right to left, on the warpgroup tensor cores.
-  double goff_m = 0.0;
-  if constexpr (kGate) goff_m = p.ws.goff[(int64_t)gc * p.HQ + hq];
-  float gq[2] = {0.f, 0.f};
-  if constexpr (kGate) {
-    gq[0] = sGq[r0];
-    gq[1] = sGq[r0 + 8];
-  }
+  const QueryGate<kGate> qgate(p, gc, hq, sGq, r0);
   int st = 1;
   uint32_t phase = 0;  // bit s: parity of stage s's barrier for its next use
   for (int c = gc - 1; c >= first; --c, st ^= 1) {
@@ -157,14 +151,14 @@ __global__ void __launch_bounds__(128, 3)
     wgmma_fence_operand(qf);
 
     float delta = 0.f;  // the gate (PaTH-FoX): G_i - G_j, offsets subtracted in f64 (SPEC 6)
-    if constexpr (kGate) delta = static_cast<float>(goff_m - p.ws.goff[(int64_t)c * p.HQ + hq]);
+    if constexpr (kGate) delta = static_cast<float>(qgate.goff - p.ws.goff[(int64_t)c * p.HQ + hq]);
 #pragma unroll
     for (int nt = 0; nt < NC8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         if constexpr (kGate) {
           const int j = nt * 8 + 2 * t4 + e % 2;
-          s[nt][e] += ((gq[e / 2] + delta) - sGk[st * C + j]) * kLog2e;
+          s[nt][e] += ((qgate.g[e / 2] + delta) - sGk[st * C + j]) * kLog2e;
         }
       }
     sm_state.step(s, o);
