@@ -422,6 +422,35 @@ TEST_F(BadInput, BroadcastOutputGradientIsValid) {
   EXPECT_EQ(b.dq.to_vector(), c.dq.to_vector());
 }
 
+// Outputs that alias an input or each other: the kernels would read what they already overwrote.
+TEST_F(BadInput, OutputAliasingAnInput) {
+  ForwardOutputs out = c.fwd_outputs(false);
+  out.o.data = c.in.q.data;  // o written over q (f32 both, e.g. an in-place call)
+  EXPECT_THAT(error_of([&] { forward(c.in, out); }), HasSubstr("o (output) shares memory with q"));
+  c.forward(Backend::automatic);
+  Gradients g = c.grads();
+  g.dv.data = c.dout.view.data;
+  EXPECT_THAT(error_of([&] { backward(c.in, c.o.view, c.lse.view, c.dout.view, g); }),
+              HasSubstr("dv (output) shares memory with dout"));
+}
+
+TEST_F(BadInput, OutputsSharingMemory) {
+  ForwardOutputs out = c.fwd_outputs(false);
+  out.lse.data = static_cast<float*>(out.o.data) + 5;
+  EXPECT_THAT(error_of([&] { forward(c.in, out); }), HasSubstr("o (output) and lse (output) share memory"));
+}
+
+// The check compares byte ranges: outputs in adjacent, disjoint parts of one buffer are accepted.
+TEST_F(BadInput, OutputsInAdjacentPartsOfOneBufferAreValid) {
+  std::vector<float> one(1 * 8 * 4 * 8 + 1 * 8 * 4, -1.f);
+  ForwardOutputs out = c.fwd_outputs(false);
+  out.o.data = one.data();              // [1, 8, 4, 8] contiguous: 256 floats
+  out.lse.data = one.data() + 8 * 4 * 8;  // [1, 8, 4] right after it
+  forward(c.in, out);
+  c.forward(Backend::automatic);
+  for (int i = 0; i < 8 * 4 * 8; ++i) EXPECT_EQ(one[i], c.o.data()[i]) << i;
+}
+
 TEST_F(BadInput, MissingOutput) {
   ForwardOutputs out = c.fwd_outputs(false);
   out.lse = TensorView{};

@@ -56,6 +56,14 @@ Support supports(const Inputs& in, Backend backend, bool backward) {
   return {};
 }
 
+// The read views of the inputs, named, for check_disjoint; `more` appended.
+static std::vector<Named> inputs_of(const Inputs& in, std::initializer_list<Named> more = {}) {
+  std::vector<Named> r{{&in.q, "q"}, {&in.k, "k"}, {&in.v, "v"}, {&in.w, "w"}, {&in.beta, "beta"}, {&in.g, "g"},
+                       {&in.cu_seqlens, "cu_seqlens"}};
+  r.insert(r.end(), more.begin(), more.end());
+  return r;
+}
+
 void forward(const Inputs& in, const ForwardOutputs& out, Backend backend) {
   Problem p = make_problem(in, true);
   backend = resolve(p, backend);
@@ -63,6 +71,7 @@ void forward(const Inputs& in, const ForwardOutputs& out, Backend backend) {
   check_output(out.o, "o", {p.B, p.T, p.HQ, p.DV}, in.v.dtype, p);
   check_output(out.lse, "lse", {p.B, p.T, p.HQ}, lse_dtype(p), p);
   if (out.kcache.defined()) check_output(out.kcache, "kcache", {p.B, p.T, p.H, p.D}, in.k.dtype, p);
+  check_disjoint({{&out.o, "o"}, {&out.lse, "lse"}, {&out.kcache, "kcache"}}, inputs_of(in));
   switch (backend) {
     case Backend::reference: ref::forward(p, in, out); break;
     case Backend::cpu: cpu::forward(p, in, out); break;
@@ -87,6 +96,9 @@ void backward(const Inputs& in, const TensorView& o, const TensorView& lse, cons
   check_output(grads.dw, "dw", {p.B, p.T, p.H, p.D}, in.w.dtype, p);
   check_output(grads.dbeta, "dbeta", {p.B, p.T, p.H}, in.beta.dtype, p);
   if (p.has_gate) check_output(grads.dg, "dg", {p.B, p.T, p.HQ}, in.g.dtype, p);
+  check_disjoint({{&grads.dq, "dq"}, {&grads.dk, "dk"}, {&grads.dv, "dv"}, {&grads.dw, "dw"}, {&grads.dbeta, "dbeta"},
+                  {&grads.dg, "dg"}},
+                 inputs_of(in, {{&o, "o"}, {&lse, "lse"}, {&dout, "dout"}}));
   switch (backend) {
     case Backend::reference: ref::backward(p, in, o, lse, dout, grads); break;
     case Backend::cpu: cpu::backward(p, in, o, lse, dout, grads); break;
@@ -128,6 +140,10 @@ void decode(const Inputs& in, const DecodeCache& cache, const ForwardOutputs& ou
   }
   check_output(out.o, "o", {p.B, p.T, p.HQ, p.DV}, in.v.dtype, p);
   check_output(out.lse, "lse", {p.B, p.T, p.HQ}, lse_dtype(p), p);
+  // The cache is read and written in place: it must not alias the new tokens' inputs or the outputs either.
+  check_disjoint({{&out.o, "o"}, {&out.lse, "lse"}, {&cache.k, "cache.k"}, {&cache.v, "cache.v"},
+                  {&cache.gcum, "cache.gcum"}},
+                 inputs_of(in, {{&cache.lengths, "cache.lengths"}}));
   cpu::decode(p, in, cache, out);
 }
 

@@ -253,4 +253,40 @@ void check_output(const TensorView& t, const char* name, std::initializer_list<i
   check_pointer(t, name);
 }
 
+namespace {
+
+// The bytes [lo, hi) a view can touch; empty (lo == hi) for an absent or zero-size view.
+struct Span {
+  uintptr_t lo = 0, hi = 0;
+};
+Span span_of(const TensorView& t) {
+  if (!t.defined() || t.data == nullptr) return {};
+  intptr_t lo = 0, hi = 0;  // element offsets of the extreme elements
+  for (int d = 0; d < t.ndim; ++d) {
+    if (t.sizes[d] == 0) return {};
+    const intptr_t ext = static_cast<intptr_t>((t.sizes[d] - 1) * t.strides[d]);
+    (ext < 0 ? lo : hi) += ext;
+  }
+  const intptr_t es = static_cast<intptr_t>(dtype_size(t.dtype));
+  const uintptr_t base = reinterpret_cast<uintptr_t>(t.data);
+  return {base + static_cast<uintptr_t>(lo * es), base + static_cast<uintptr_t>((hi + 1) * es)};
+}
+bool overlap(const Span& a, const Span& b) { return a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi; }
+
+}  // namespace
+
+void check_disjoint(const std::vector<Named>& written, const std::vector<Named>& read) {
+  for (auto w = written.begin(); w != written.end(); ++w) {
+    const Span sw = span_of(*w->view);
+    for (auto o = w + 1; o != written.end(); ++o)
+      if (overlap(sw, span_of(*o->view)))
+        fail(std::string(w->name) + " (output) and " + o->name +
+             " (output) share memory: each output needs its own storage");
+    for (const Named& r : read)
+      if (overlap(sw, span_of(*r.view)))
+        fail(std::string(w->name) + " (output) shares memory with " + r.name +
+             ": outputs must not alias the inputs (the kernels read inputs while writing outputs)");
+  }
+}
+
 }  // namespace pathattn

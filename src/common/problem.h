@@ -36,6 +36,17 @@ Problem make_problem(const Inputs& in, bool check_values);
 void check_output(const TensorView& t, const char* name, std::initializer_list<int64_t> sizes, DType dtype,
                   const Problem& p, bool written = true);
 
+// A view with its argument name, for check_disjoint.
+struct Named {
+  const TensorView* view;
+  const char* name;
+};
+
+// Checks that no written view shares memory with a read view or with another written view (throws Error naming
+// both). Conservative: views compare by the byte ranges they span, so two interleaved views of one buffer that
+// never touch the same element are also refused.
+void check_disjoint(const std::vector<Named>& written, const std::vector<Named>& read);
+
 // Offset in elements of index (i0, i1, i2, i3) of a view (unused trailing indices are 0).
 inline int64_t offset(const TensorView& t, int64_t i0, int64_t i1 = 0, int64_t i2 = 0, int64_t i3 = 0) {
   return i0 * t.strides[0] + i1 * t.strides[1] + i2 * t.strides[2] + i3 * t.strides[3];
