@@ -113,6 +113,30 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> bwd(const Tensor& q, 
   });
 }
 
+// One decoding step of S tokens on a caller-owned cache (SPEC 4, pathattn::decode): the cache tensors are
+// updated in place (rows [len, len + S) appended, earlier keys carried), lengths advanced by S.
+std::tuple<Tensor, Tensor> dec(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& beta,
+                               const opt<Tensor>& g, opt<double> scale, const Tensor& cache_k, const Tensor& cache_v,
+                               const opt<Tensor>& cache_gcum, const Tensor& cache_lengths) {
+  return translate_errors([&] {
+    const Inputs in = make_inputs(q, k, v, w, beta, g, scale, opt<Tensor>());
+    supports(in, Backend::automatic);  // shape validation first: the sizes read below exist
+    DecodeCache cache;
+    cache.k = to_view(cache_k, "cache_k");
+    cache.v = to_view(cache_v, "cache_v");
+    cache.gcum = to_view(cache_gcum, "cache_gcum");
+    cache.lengths = to_view(cache_lengths, "cache_lengths");
+    const int64_t B = q.size(0), S = q.size(1), HQ = q.size(2), DV = v.size(3);
+    Tensor o = at::empty({B, S, HQ, DV}, v.options());                     // [B, S, HQ, DV]
+    Tensor lse = at::empty({B, S, HQ}, q.options().dtype(lse_dtype(q)));  // [B, S, HQ]
+    ForwardOutputs out;
+    out.o = to_view(o, "o");
+    out.lse = to_view(lse, "lse");
+    decode(in, cache, out, Backend::automatic);
+    return std::make_tuple(o, lse);
+  });
+}
+
 }  // namespace
 
 void check_dense(std::initializer_list<std::pair<const Tensor*, const char*>> args) {
@@ -141,6 +165,17 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> call_bwd(const Tensor
   return op.call(q, k, v, w, beta, g, scale, cu_seqlens, o, lse, dout);
 }
 
+std::tuple<Tensor, Tensor> call_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w,
+                                       const Tensor& beta, const opt<Tensor>& g, opt<double> scale,
+                                       const Tensor& cache_k, const Tensor& cache_v, const opt<Tensor>& cache_gcum,
+                                       const Tensor& cache_lengths) {
+  check_dense({{&q, "q"}, {&k, "k"}, {&v, "v"}, {&w, "w"}, {&beta, "beta"}, {g ? &*g : nullptr, "g"},
+               {&cache_k, "cache_k"}, {&cache_v, "cache_v"}, {cache_gcum ? &*cache_gcum : nullptr, "cache_gcum"},
+               {&cache_lengths, "cache_lengths"}});
+  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("pathattn::decode", "").typed<decltype(dec)>();
+  return op.call(q, k, v, w, beta, g, scale, cache_k, cache_v, cache_gcum, cache_lengths);
+}
+
 }  // namespace pathattn::torch_ops
 
 TORCH_LIBRARY(pathattn, m) {
@@ -150,11 +185,15 @@ TORCH_LIBRARY(pathattn, m) {
   m.def(
       "bwd(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, float? scale, Tensor? cu_seqlens, "
       "Tensor o, Tensor lse, Tensor do) -> (Tensor dq, Tensor dk, Tensor dv, Tensor dw, Tensor dbeta, Tensor dg)");
+  m.def(
+      "decode(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, float? scale, Tensor(a!) cache_k, "
+      "Tensor(b!) cache_v, Tensor(c!)? cache_gcum, Tensor(d!) cache_lengths) -> (Tensor o, Tensor lse)");
 }
 
 TORCH_LIBRARY_IMPL(pathattn, CPU, m) {
   m.impl("fwd", TORCH_FN(pathattn::torch_ops::fwd));
   m.impl("bwd", TORCH_FN(pathattn::torch_ops::bwd));
+  m.impl("decode", TORCH_FN(pathattn::torch_ops::dec));
 }
 
 // The core dispatches on the tensors' device, so CUDA registers the same functions; without CUDA in the
@@ -163,5 +202,6 @@ TORCH_LIBRARY_IMPL(pathattn, CPU, m) {
 TORCH_LIBRARY_IMPL(pathattn, CUDA, m) {
   m.impl("fwd", TORCH_FN(pathattn::torch_ops::fwd));
   m.impl("bwd", TORCH_FN(pathattn::torch_ops::bwd));
+  m.impl("decode", TORCH_FN(pathattn::torch_ops::dec));
 }
 #endif

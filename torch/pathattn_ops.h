@@ -1,10 +1,13 @@
-// The two registered ops, called through the dispatcher (so CUDA tensors reach the CUDA registration).
+// The registered ops, called through the dispatcher (so CUDA tensors reach the CUDA registration).
 // Schemas (torch/ops.cpp):
 //   pathattn::fwd(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, float? scale,
 //                 Tensor? cu_seqlens, bool return_kcache) -> (Tensor o, Tensor lse, Tensor kcache)
 //   pathattn::bwd(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, float? scale,
 //                 Tensor? cu_seqlens, Tensor o, Tensor lse, Tensor do)
 //                 -> (Tensor dq, Tensor dk, Tensor dv, Tensor dw, Tensor dbeta, Tensor dg)
+//   pathattn::decode(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, float? scale,
+//                    Tensor(a!) cache_k, Tensor(b!) cache_v, Tensor(c!)? cache_gcum, Tensor(d!) cache_lengths)
+//                 -> (Tensor o, Tensor lse)          (CPU float32; the cache tensors are updated in place)
 // Absent outputs (kcache when not asked for, dg without a gate) are empty tensors of shape [0]: an op's
 // Tensor result cannot be None.
 #pragma once
@@ -31,5 +34,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& w, const at::Tensor& beta,
     const opt<at::Tensor>& g, opt<double> scale, const opt<at::Tensor>& cu_seqlens, const at::Tensor& o,
     const at::Tensor& lse, const at::Tensor& dout);
+
+std::tuple<at::Tensor, at::Tensor> call_decode(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                               const at::Tensor& w, const at::Tensor& beta, const opt<at::Tensor>& g,
+                                               opt<double> scale, const at::Tensor& cache_k,
+                                               const at::Tensor& cache_v, const opt<at::Tensor>& cache_gcum,
+                                               const at::Tensor& cache_lengths);
 
 }  // namespace pathattn::torch_ops

@@ -31,4 +31,32 @@ PathAttentionOutput path_attention_ex(const torch::Tensor& q, const torch::Tenso
                                       const std::optional<torch::Tensor>& g, std::optional<double> scale,
                                       const std::optional<torch::Tensor>& cu_seqlens, bool with_kcache);
 
+// Decoding state (SPEC 4): the key cache of B sequences, owned by the caller, updated in place by decode().
+// CPU float32 for now (the core's decode()); after a prefill, from_prefill() holds its kcache, v and gates.
+struct DecodeState {
+  torch::Tensor k;        // [B, Tmax, H, D] f32   rows [0, len): keys carried to each sequence's last token
+  torch::Tensor v;        // [B, Tmax, H, DV] f32
+  torch::Tensor gcum;     // [B, Tmax, HQ] f64     cumulative log gates; undefined without a gate
+  torch::Tensor lengths;  // [B] int32             cached tokens per sequence
+
+  // An empty cache with room for Tmax tokens per sequence.
+  static DecodeState empty(int64_t B, int64_t Tmax, int64_t H, int64_t HQ, int64_t D, int64_t DV, bool gated);
+  // The cache after a prefill of T tokens (path_attention_ex(..., with_kcache = true)), with room for Tmax >= T:
+  // kcache [B, T, H, D], v [B, T, H, DV], g [B, T, HQ] or undefined.
+  static DecodeState from_prefill(const torch::Tensor& kcache, const torch::Tensor& v, const torch::Tensor& g,
+                                  int64_t Tmax);
+};
+
+struct DecodeOutput {
+  torch::Tensor o;    // [B, S, HQ, DV]
+  torch::Tensor lse;  // [B, S, HQ] f32
+};
+
+// Appends S new tokens per sequence (q [B, S, HQ, D], k and w [B, S, H, D], v [B, S, H, DV], beta [B, S, H],
+// g [B, S, HQ] iff the cache has gates) and attends them to the cache: equal to path_attention over the whole
+// sequence, to rounding. No gradients.
+DecodeOutput decode(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& w,
+                    const torch::Tensor& beta, DecodeState& state,
+                    const std::optional<torch::Tensor>& g = std::nullopt, std::optional<double> scale = std::nullopt);
+
 }  // namespace pathattn

@@ -7,6 +7,14 @@ from ._library import LibraryNotFoundError, library_path, load
 load()
 
 from .layer import PaTHAttention  # noqa: E402  (needs the ops registered above)
-from .ops import path_attention, prefill  # noqa: E402
+from .ops import DecodeCache, decode, path_attention, prefill  # noqa: E402
 
-__all__ = ["path_attention", "prefill", "PaTHAttention", "LibraryNotFoundError", "library_path"]
+__all__ = [
+    "path_attention",
+    "prefill",
+    "decode",
+    "DecodeCache",
+    "PaTHAttention",
+    "LibraryNotFoundError",
+    "library_path",
+]

@@ -71,3 +71,47 @@ def prefill(q, k, v, w, beta, g=None, scale=None, cu_seqlens=None):
     _check_dense(q=q, k=k, v=v, w=w, beta=beta, g=g, cu_seqlens=cu_seqlens)
     scale = None if scale is None else float(scale)
     return torch.ops.pathattn.fwd(q, k, v, w, beta, g, scale, cu_seqlens, True)
+
+
+class DecodeCache:
+    """The state of decode() for B sequences (SPEC 4), updated in place: k [B, Tmax, H, D] (keys carried to each
+    sequence's last token), v [B, Tmax, H, DV], gcum [B, Tmax, HQ] f64 cumulative log gates (None without a
+    gate), lengths [B] int32. CPU float32 for now."""
+
+    def __init__(self, B, Tmax, H, D, DV=None, HQ=None, gated=False):
+        DV = D if DV is None else DV
+        HQ = H if HQ is None else HQ
+        self.k = torch.zeros(B, Tmax, H, D)
+        self.v = torch.zeros(B, Tmax, H, DV)
+        self.gcum = torch.zeros(B, Tmax, HQ, dtype=torch.float64) if gated else None
+        self.lengths = torch.zeros(B, dtype=torch.int32)
+
+    @classmethod
+    def from_prefill(cls, kcache, v, g=None, Tmax=None):
+        """The cache after prefill(): kcache [B, T, H, D] from it, the prefill's v [B, T, H, DV] and g [B, T, HQ]
+        (or None), with room for Tmax >= T tokens per sequence (default: T, i.e. full)."""
+        B, T, H, D = kcache.shape
+        Tmax = T if Tmax is None else Tmax
+        if Tmax < T:
+            raise RuntimeError(f"pathattn: DecodeCache.from_prefill: Tmax = {Tmax} must hold the prefill's T = {T}")
+        c = cls(B, Tmax, H, D, v.shape[3], g.shape[2] if g is not None else H, gated=g is not None)
+        c.k[:, :T] = kcache
+        c.v[:, :T] = v
+        if g is not None:
+            c.gcum[:, :T] = g.double().cumsum(1)  # G_t in f64 (SPEC 6)
+        c.lengths.fill_(T)
+        return c
+
+
+@torch.no_grad()
+def decode(q, k, v, w, beta, cache, g=None, scale=None, return_lse=False):
+    """Appends S new tokens per sequence to `cache` (a DecodeCache, updated in place) and attends them to it:
+    q [B, S, HQ, D], k and w [B, S, H, D], v [B, S, H, DV], beta [B, S, H], g [B, S, HQ] iff the cache is gated.
+    Returns o [B, S, HQ, DV] (and lse [B, S, HQ] with return_lse): equal, to rounding, to path_attention over
+    the whole sequences. S > 1 carries the cache with one UT factor per 64 tokens (SPEC 4). No gradients."""
+    _check_dense(q=q, k=k, v=v, w=w, beta=beta, g=g)
+    scale = None if scale is None else float(scale)
+    o, lse = torch.ops.pathattn.decode(
+        q, k, v, w, beta, g, scale, cache.k, cache.v, cache.gcum, cache.lengths
+    )
+    return (o, lse) if return_lse else o

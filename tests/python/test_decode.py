@@ -1,0 +1,53 @@
+# Decoding with a KV cache through the torch op: prefill, then steps of 1 and several tokens, must equal
+# path_attention over the whole sequences (CPU f32); bad caches get errors naming the argument.
+import pytest
+import torch
+
+from helpers import import_pathattn, random_inputs
+from tolerances import F32_VS_REFERENCE_ATOL, F32_VS_REFERENCE_RTOL
+
+pathattn = import_pathattn()
+
+
+def rows(x, t0, t1):
+    return {n: (t[:, t0:t1] if t is not None and t.dim() >= 2 else t) for n, t in x.items()}
+
+
+@pytest.mark.parametrize("gate", [False, True])
+def test_prefill_then_steps_equal_the_whole_forward(gate):
+    B, T0, steps, H, HQ, D, DV = 2, 70, [1, 5, 1, 64], 2, 4, 16, 8  # crosses chunk boundaries both ways
+    T = T0 + sum(steps)
+    x = random_inputs(B, T, H, HQ, D, DV, gate=gate, seed=21)
+    x.pop("cu_seqlens", None)
+    full, full_lse = pathattn.path_attention(**x, return_lse=True)
+    o0, _, kcache = pathattn.prefill(**rows(x, 0, T0))
+    torch.testing.assert_close(o0, full[:, :T0], rtol=F32_VS_REFERENCE_RTOL, atol=F32_VS_REFERENCE_ATOL)
+    cache = pathattn.DecodeCache.from_prefill(kcache, x["v"][:, :T0], x["g"][:, :T0] if gate else None, Tmax=T)
+    t = T0
+    for s in steps:
+        o, lse = pathattn.decode(**rows(x, t, t + s), cache=cache, return_lse=True)
+        torch.testing.assert_close(o, full[:, t : t + s], rtol=F32_VS_REFERENCE_RTOL, atol=F32_VS_REFERENCE_ATOL)
+        torch.testing.assert_close(lse, full_lse[:, t : t + s], rtol=F32_VS_REFERENCE_RTOL, atol=F32_VS_REFERENCE_ATOL)
+        t += s
+    assert cache.lengths.tolist() == [T] * B
+
+
+def test_from_an_empty_cache():
+    B, T, H, D = 1, 3, 1, 8
+    x = random_inputs(B, T, H, H, D, D, seed=22)
+    x.pop("cu_seqlens", None)
+    cache = pathattn.DecodeCache(B, 8, H, D)
+    o = pathattn.decode(**x, cache=cache)
+    torch.testing.assert_close(o, pathattn.path_attention(**x), rtol=F32_VS_REFERENCE_RTOL, atol=F32_VS_REFERENCE_ATOL)
+
+
+def test_full_cache_and_wrong_dtype_are_named_errors():
+    B, H, D = 1, 1, 8
+    x = random_inputs(B, 3, H, H, D, D, seed=23)
+    x.pop("cu_seqlens", None)
+    cache = pathattn.DecodeCache(B, 2, H, D)
+    with pytest.raises(RuntimeError, match="cache.lengths"):
+        pathattn.decode(**x, cache=cache)
+    x64 = {n: (t.double() if t is not None else None) for n, t in x.items()}
+    with pytest.raises(RuntimeError, match="decode runs on CPU float32"):
+        pathattn.decode(**x64, cache=pathattn.DecodeCache(B, 8, H, D))

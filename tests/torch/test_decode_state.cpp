@@ -1,0 +1,53 @@
+// The libtorch decoding entry points: DecodeState::from_prefill + decode() in steps of 1 and several tokens equal
+// path_attention over the whole sequences (CPU f32), with the gate (f64 cumulative gates) and GQA.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "tolerances.h"
+#include "torch/pathattn_torch.h"
+
+namespace {
+
+using torch::Tensor;
+
+TEST(DecodeState, PrefillThenStepsEqualTheWholeForward) {
+  torch::manual_seed(31);
+  const int64_t B = 2, T0 = 65, H = 2, HQ = 4, D = 16, DV = 8;
+  const std::vector<int64_t> steps = {1, 7, 1};
+  const int64_t T = T0 + 9;
+  Tensor q = torch::randn({B, T, HQ, D}), k = torch::randn({B, T, H, D}), v = torch::randn({B, T, H, DV});
+  Tensor w = torch::nn::functional::normalize(torch::randn({B, T, H, D}),
+                                              torch::nn::functional::NormalizeFuncOptions().dim(-1));
+  Tensor beta = 2 * torch::rand({B, T, H}), g = -torch::rand({B, T, HQ});
+  const Tensor full = pathattn::path_attention(q, k, v, w, beta, g);
+  auto rows = [](const Tensor& x, int64_t t0, int64_t n) { return x.narrow(1, t0, n); };
+  const auto pre = pathattn::path_attention_ex(rows(q, 0, T0), rows(k, 0, T0), rows(v, 0, T0), rows(w, 0, T0),
+                                               rows(beta, 0, T0), rows(g, 0, T0), std::nullopt, std::nullopt, true);
+  pathattn::DecodeState state = pathattn::DecodeState::from_prefill(pre.kcache, rows(v, 0, T0), rows(g, 0, T0), T);
+  int64_t t = T0;
+  for (int64_t s : steps) {
+    const pathattn::DecodeOutput out = pathattn::decode(rows(q, t, s), rows(k, t, s), rows(v, t, s), rows(w, t, s),
+                                                        rows(beta, t, s), state, rows(g, t, s));
+    // Two f32 computations of the same sequence (the decode step carries the cache, the forward carries
+    // chunks): rounding only, far under kF32VsF64 relative to the largest output.
+    const Tensor ref = rows(full, t, s);
+    const double err = (out.o - ref).abs().max().item<double>() / ref.abs().max().item<double>();
+    EXPECT_LE(err, pathattn::test::tol::kF32VsF64) << "step at t = " << t;
+    t += s;
+  }
+  EXPECT_EQ(state.lengths.sum().item<int64_t>(), B * T);
+}
+
+TEST(DecodeState, FullCacheIsANamedError) {
+  pathattn::DecodeState state = pathattn::DecodeState::empty(1, 2, 1, 1, 8, 8, false);
+  Tensor q = torch::randn({1, 3, 1, 8}), w = torch::nn::functional::normalize(
+                                             torch::randn({1, 3, 1, 8}), torch::nn::functional::NormalizeFuncOptions().dim(-1));
+  try {
+    pathattn::decode(q, torch::randn({1, 3, 1, 8}), torch::randn({1, 3, 1, 8}), w, torch::rand({1, 3, 1}), state);
+    FAIL() << "did not throw";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cache.lengths"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
