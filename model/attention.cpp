@@ -137,9 +137,13 @@ torch::Tensor AttentionImpl::full(const torch::Tensor& q, const torch::Tensor& k
     auto r = path_attention_call(cfg_.path_impl, q, k, v, w, beta,
                                  g.defined() ? std::optional<torch::Tensor>(g) : std::nullopt, cache != nullptr);
     if (cache) {
-      cache->k = r.kcache.transpose(1, 2).detach();  // [B, H, T, D]
-      cache->v = v.transpose(1, 2).detach();
-      if (g.defined()) cache->G = g.cumsum(1).transpose(1, 2).detach();
+      if (op_decode_available(cfg_.path_impl, q)) {
+        cache->op = op_decode_start(r.kcache.detach(), v.detach(), g.defined() ? g.detach() : torch::Tensor());
+      } else {
+        cache->k = r.kcache.transpose(1, 2).detach();  // [B, H, T, D]
+        cache->v = v.transpose(1, 2).detach();
+        if (g.defined()) cache->G = g.cumsum(1).transpose(1, 2).detach();
+      }
       cache->conv = conv_out;
       cache->pos = q.size(1);
     }
@@ -168,6 +172,14 @@ torch::Tensor AttentionImpl::decode_one(const torch::Tensor& q, const torch::Ten
   const double scale = 1.0 / std::sqrt(static_cast<double>(D_));
   const Mechanism m = cfg_.mechanism;
   auto qh = q.transpose(1, 2), kh = k.transpose(1, 2);  // [B, H, 1, D]
+  if (uses_path(m) && cache.op.active()) {  // the op's fused step (CPU f32)
+    torch::Tensor conv_out;
+    auto w = w_of(x, cache.conv, &conv_out);  // [B, 1, H, D]
+    cache.conv = conv_out;
+    auto o = op_decode_step(cache.op, q, k, v, w, beta_of(x), uses_gate(m) ? g_of(x) : torch::Tensor());
+    cache.pos += 1;
+    return o;  // [B, 1, H, D]
+  }
   if (uses_path(m)) {
     torch::Tensor conv_out;
     auto w = w_of(x, cache.conv, &conv_out).transpose(1, 2).to(q.scalar_type());  // [B, H, 1, D]

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "config.h"
+#include "path_op.h"
 
 namespace pathattn::model {
 
@@ -17,6 +18,7 @@ struct LayerCache {
   torch::Tensor G;     // [B, H, L]     cumulative log gate of every cached position (gated mechanisms)
   torch::Tensor conv;  // [B, 2, H*D]   last two inputs of the w convolution (PaTH)
   int64_t pos = 0;     // number of cached positions L
+  OpDecodeState op;    // PaTH through the op on CPU f32: the core decode's own cache (then k, v, G are unused)
   bool empty() const { return pos == 0; }
 };
 

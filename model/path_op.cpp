@@ -39,4 +39,51 @@ PathCall path_attention_call(PathImpl impl, const torch::Tensor& q, const torch:
   return {r.o, r.kcache};
 }
 
+bool op_decode_available(PathImpl impl, const torch::Tensor& q) {
+  return have_path_op() && impl == PathImpl::op && q.device().is_cpu() && q.scalar_type() == torch::kFloat;
+}
+
+#ifdef PATHATTN_MODEL_HAVE_OP
+namespace {
+OpDecodeState from_core(const pathattn::DecodeState& d) { return {d.k, d.v, d.gcum, d.lengths}; }
+pathattn::DecodeState to_core(const OpDecodeState& s) { return {s.k, s.v, s.gcum, s.lengths}; }
+constexpr int64_t kRoom = 64;  // tokens of room added at prefill; doubled when full
+}  // namespace
+
+OpDecodeState op_decode_start(const torch::Tensor& kcache, const torch::Tensor& v, const torch::Tensor& g) {
+  return from_core(pathattn::DecodeState::from_prefill(kcache, v, g, kcache.size(1) + kRoom));
+}
+
+torch::Tensor op_decode_step(OpDecodeState& st, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             const torch::Tensor& w, const torch::Tensor& beta, const torch::Tensor& g) {
+  const int64_t S = q.size(1), Tmax = st.k.size(1), used = st.lengths.max().item<int64_t>();
+  if (used + S > Tmax) {  // grow: copy the rows in use into a state with twice the room
+    const int64_t T2 = std::max(2 * Tmax, used + S);
+    auto grow = [&](const torch::Tensor& t) {
+      if (!t.defined()) return t;
+      auto sizes = t.sizes().vec();
+      sizes[1] = T2;
+      auto n = torch::zeros(sizes, t.options());
+      n.narrow(1, 0, Tmax).copy_(t);
+      return n;
+    };
+    st.k = grow(st.k);
+    st.v = grow(st.v);
+    st.gcum = grow(st.gcum);
+  }
+  pathattn::DecodeState core = to_core(st);
+  auto out = pathattn::decode(q, k, v, w.to(torch::kFloat), beta.to(torch::kFloat), core,
+                              g.defined() ? std::optional<torch::Tensor>(g.to(torch::kFloat)) : std::nullopt);
+  return out.o;
+}
+#else
+OpDecodeState op_decode_start(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) {
+  throw std::logic_error("pathattn model: the torch op is not built (op_decode_available() is false)");
+}
+torch::Tensor op_decode_step(OpDecodeState&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                             const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) {
+  throw std::logic_error("pathattn model: the torch op is not built (op_decode_available() is false)");
+}
+#endif
+
 }  // namespace pathattn::model

@@ -79,6 +79,27 @@ TEST(Model, KVCacheDecodingEqualsFullForward) {
   }
 }
 
+// The same in f32 through the op's fused decode step (pathattn::decode, CPU f32), past the first growth of its
+// cache's room (prefill + 64 tokens): f32 rounding only, both for PaTH and PaTH-FoX.
+TEST(Model, KVCacheDecodingThroughTheOpInF32) {
+  if (!have_path_op()) GTEST_SKIP() << "the torch op is not built";
+  for (auto m : {Mechanism::path, Mechanism::path_fox}) {
+    torch::manual_seed(4);
+    auto cfg = tiny(m);
+    cfg.path_impl = PathImpl::op;
+    Transformer model(cfg);
+    torch::NoGradGuard ng;
+    auto tokens = torch::randint(0, cfg.vocab, {2, 100}, torch::kLong);
+    auto full = model->forward(tokens);  // [B, T, V]
+    KVCache cache;
+    std::vector<torch::Tensor> parts{model->forward(tokens.narrow(1, 0, 20), &cache)};
+    for (int64_t t = 20; t < 100; ++t) parts.push_back(model->forward(tokens.narrow(1, t, 1), &cache));
+    auto got = torch::cat(parts, 1);
+    const double err = (got - full).abs().max().item<double>() / full.abs().max().item<double>();
+    EXPECT_LT(err, test_tol::kF32VsF64) << label(m);
+  }
+}
+
 TEST(Model, GreedyGenerationMatchesRepeatedFullForward) {
   for (auto m : {Mechanism::path, Mechanism::rope}) {
     torch::manual_seed(3);
