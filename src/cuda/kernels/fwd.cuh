@@ -56,10 +56,8 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1) fwd_kernel(Params p) {
   // 0 K, 1 V, 2 W, 3 U; E (D rows) starts at 2 and runs into 3 when D = 128.
   auto stage = [&](int s, int which) { return sm + s * S::kStage + which * S::kMat; };
 
-  const int h = blockIdx.x / (p.num_chunks * p.group);  // schedule: launch/fwd.cu
-  const int rest = blockIdx.x % (p.num_chunks * p.group);
-  const int gc = p.order[rest / p.group];
-  const int hq = h * p.group + rest % p.group;
+  const CtaWork work = cta_work(p);
+  const int h = work.h, hq = work.hq, gc = work.gc;
   const ChunkInfo ci = p.chunks[gc];
   const int first = ci.first;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;

@@ -169,6 +169,17 @@ __device__ __forceinline__ void load_query_rows(float (&qf)[NT][4], const T* qb,
   }
 }
 
+// This CTA's work in the main kernels' schedule (launch/fwd.cu): block x = (h * NC + rank) * group + j runs
+// query chunk order[rank] of query head hq = h * group + j.
+struct CtaWork {
+  int h, hq, gc;
+};
+__device__ __forceinline__ CtaWork cta_work(const Params& p) {
+  const int h = blockIdx.x / (p.num_chunks * p.group);
+  const int rest = blockIdx.x % (p.num_chunks * p.group);
+  return {h, h * p.group + rest % p.group, p.order[rest / p.group]};
+}
+
 // The gate (PaTH-FoX) of this thread's two query rows for the off-diagonal chunks: the query chunk's offset in
 // f64 (SPEC 6: G_i - G_j = (goff_m - goff_c) + gl_i - gl_j, the large offsets subtracted in f64) and the rows'
 // cumulative gate inside the chunk (sG, in shared memory). Zero and unused without the gate.

@@ -53,10 +53,8 @@ __global__ void __launch_bounds__(128, 3)
   const uint32_t bar0 = smem_addr(sGk + 2 * C);                     // [2] mbarriers, 8 bytes each
   auto bar = [&](int s) { return bar0 + 8 * s; };
 
-  const int h = blockIdx.x / (p.num_chunks * p.group);  // schedule: launch/fwd.cu
-  const int rest = blockIdx.x % (p.num_chunks * p.group);
-  const int gc = p.order[rest / p.group];
-  const int hq = h * p.group + rest % p.group;
+  const CtaWork work = cta_work(p);
+  const int h = work.h, hq = work.hq, gc = work.gc;
   const ChunkInfo ci = p.chunks[gc];
   const int first = ci.first;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t4 = lane % 4;
