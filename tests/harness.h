@@ -174,7 +174,7 @@ struct Case {
   const Problem64& P;
   Buffer<S> q, k, v, w, beta, g;
   Buffer<int32_t> cu;
-  Buffer<S> o, lse, kcache, dout, dq, dk, dv, dw, dbeta, dg;
+  Buffer<S> o, lse, kcache, dout, dlse, dq, dk, dv, dw, dbeta, dg;
   Inputs in;
 
   explicit Case(const Problem64& p)
@@ -190,6 +190,7 @@ struct Case {
         lse({p.spec.B, p.spec.T, p.spec.HQ}, dtype_of<S>()),
         kcache(sz(p.spec.H, p.spec.D), dtype_of<S>()),
         dout(sz(p.spec.HQ, p.spec.DV), dtype_of<S>()),
+        dlse({p.spec.B, p.spec.T, p.spec.HQ}, dtype_of<S>()),
         dq(sz(p.spec.HQ, p.spec.D), dtype_of<S>()),
         dk(sz(p.spec.H, p.spec.D), dtype_of<S>()),
         dv(sz(p.spec.H, p.spec.DV), dtype_of<S>()),
@@ -220,6 +221,10 @@ struct Case {
     std::vector<double> d(dout.view.numel());
     for (double& x : d) x = n01(rng);
     dout.fill_from(d);
+    // ...and a fixed random lse gradient, for losses that use lse too (backward_with_lse).
+    std::vector<double> dl(dlse.view.numel());
+    for (double& x : dl) x = n01(rng);
+    dlse.fill_from(dl);
   }
   std::vector<int64_t> sz(int64_t heads, int64_t dim) const { return {P.spec.B, P.spec.T, heads, dim}; }
 
@@ -242,6 +247,8 @@ struct Case {
   }
   void forward(Backend b, bool with_kcache = true) { pathattn::forward(in, fwd_outputs(with_kcache), b); }
   void backward(Backend b) { pathattn::backward(in, o.view, lse.view, dout.view, grads(), b); }
+  // The gradients of sum(dO * o) + sum(dlse * lse).
+  void backward_with_lse(Backend b) { pathattn::backward(in, o.view, lse.view, dout.view, dlse.view, grads(), b); }
   bool guards_intact() const {
     bool ok = o.guards_intact() && lse.guards_intact() && kcache.guards_intact();
     for (const Buffer<S>* b : {&dq, &dk, &dv, &dw, &dbeta, &dg}) ok = ok && b->guards_intact();

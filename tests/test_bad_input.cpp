@@ -451,6 +451,14 @@ TEST_F(BadInput, OutputsInAdjacentPartsOfOneBufferAreValid) {
   for (int i = 0; i < 8 * 4 * 8; ++i) EXPECT_EQ(one[i], c.o.data()[i]) << i;
 }
 
+TEST_F(BadInput, LseGradientOfWrongShape) {
+  c.forward(Backend::automatic);
+  TensorView dlse = c.dlse.view;
+  dlse.sizes[2] = 2;
+  EXPECT_THAT(error_of([&] { backward(c.in, c.o.view, c.lse.view, c.dout.view, dlse, c.grads()); }),
+              AllOf(HasSubstr("dlse (backward input) must have shape [1, 8, 4]"), HasSubstr("got [1, 8, 2]")));
+}
+
 TEST_F(BadInput, MissingOutput) {
   ForwardOutputs out = c.fwd_outputs(false);
   out.lse = TensorView{};

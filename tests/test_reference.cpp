@@ -100,21 +100,24 @@ std::vector<Spec> brute_force_cases() {
 INSTANTIATE_TEST_SUITE_P(Cases, RefVsBruteForce, ::testing::ValuesIn(brute_force_cases()),
                          [](const auto& info) { return info.param.name(); });
 
-// loss = sum(dO * o); its gradient with respect to every input, by central differences.
-class RefVsFiniteDifferences : public ::testing::TestWithParam<Spec> {};
-
-TEST_P(RefVsFiniteDifferences, AllGradients) {
-  Problem64 P(GetParam());
+// loss = sum(dO * o) (+ sum(dlse * lse) with_lse); its gradient with respect to every input, by central
+// differences.
+void check_against_finite_differences(const Problem64& P, bool with_lse) {
   Case<double> r(P);
   r.forward(Backend::reference);
-  r.backward(Backend::reference);
-  const std::vector<double> dO = r.dout.to_vector();
+  if (with_lse)
+    r.backward_with_lse(Backend::reference);
+  else
+    r.backward(Backend::reference);
+  const std::vector<double> dO = r.dout.to_vector(), dL = r.dlse.to_vector();
   auto loss = [&](Problem64& Q) {
     Case<double> x(Q);
     x.forward(Backend::reference, false);
-    const std::vector<double> o = x.o.to_vector();
+    const std::vector<double> o = x.o.to_vector(), lse = x.lse.to_vector();
     double acc = 0;
     for (size_t i = 0; i < o.size(); ++i) acc += o[i] * dO[i];
+    if (with_lse)
+      for (size_t i = 0; i < lse.size(); ++i) acc += lse[i] * dL[i];
     return acc;
   };
   struct Field {
@@ -142,8 +145,16 @@ TEST_P(RefVsFiniteDifferences, AllGradients) {
       numeric[i] = (lp - lm) / (2 * h);
     }
     EXPECT_LT(bound_ratio(f.analytic, numeric, tol::kFiniteDifference, tol::kFiniteDifferenceAbs), 1.0)
-        << "gradient of " << f.name << ": relative error " << rel_err(f.analytic, numeric);
+        << "gradient of " << f.name << (with_lse ? " (loss with lse)" : "") << ": relative error "
+        << rel_err(f.analytic, numeric);
   }
+}
+
+class RefVsFiniteDifferences : public ::testing::TestWithParam<Spec> {};
+
+TEST_P(RefVsFiniteDifferences, AllGradients) { check_against_finite_differences(Problem64(GetParam()), false); }
+TEST_P(RefVsFiniteDifferences, AllGradientsOfALossWithLse) {
+  check_against_finite_differences(Problem64(GetParam()), true);
 }
 
 std::vector<Spec> fd_cases() {

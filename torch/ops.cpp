@@ -86,7 +86,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> bwd(const Tensor& q, 
                                                                const Tensor& w, const Tensor& beta,
                                                                const opt<Tensor>& g, opt<double> scale,
                                                                const opt<Tensor>& cu_seqlens, const Tensor& o,
-                                                               const Tensor& lse, const Tensor& dout) {
+                                                               const Tensor& lse, const Tensor& dout,
+                                                               const opt<Tensor>& dlse) {
   return translate_errors([&] {
     const Inputs in = make_inputs(q, k, v, w, beta, g, scale, cu_seqlens);
     supports(in, Backend::automatic, true);
@@ -108,7 +109,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> bwd(const Tensor& q, 
     if (gated) gr.dg = to_view(dg, "dg");
     // Autograd may hand an expanded (stride 0) or otherwise strided gradient; kernels want it dense.
     const Tensor dout_c = dout.contiguous();
-    backward(in, to_view(o, "o"), to_view(lse, "lse"), to_view(dout_c, "do"), gr, Backend::automatic);
+    const opt<Tensor> dlse_c = dlse.has_value() && dlse->defined() ? opt<Tensor>(dlse->contiguous()) : opt<Tensor>();
+    backward(in, to_view(o, "o"), to_view(lse, "lse"), to_view(dout_c, "do"), to_view(dlse_c, "dlse"), gr,
+             Backend::automatic);
     return std::make_tuple(dq, dk, dv, dw, dbeta, dg);
   });
 }
@@ -160,9 +163,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> call_bwd(const Tensor
                                                                     opt<double> scale,
                                                                     const opt<Tensor>& cu_seqlens,
                                                                     const Tensor& o, const Tensor& lse,
-                                                                    const Tensor& dout) {
+                                                                    const Tensor& dout, const opt<Tensor>& dlse) {
   static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("pathattn::bwd", "").typed<decltype(bwd)>();
-  return op.call(q, k, v, w, beta, g, scale, cu_seqlens, o, lse, dout);
+  return op.call(q, k, v, w, beta, g, scale, cu_seqlens, o, lse, dout, dlse);
 }
 
 std::tuple<Tensor, Tensor> call_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w,
@@ -184,7 +187,8 @@ TORCH_LIBRARY(pathattn, m) {
       "bool return_kcache) -> (Tensor o, Tensor lse, Tensor kcache)");
   m.def(
       "bwd(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, float? scale, Tensor? cu_seqlens, "
-      "Tensor o, Tensor lse, Tensor do) -> (Tensor dq, Tensor dk, Tensor dv, Tensor dw, Tensor dbeta, Tensor dg)");
+      "Tensor o, Tensor lse, Tensor do, Tensor? dlse) -> (Tensor dq, Tensor dk, Tensor dv, Tensor dw, Tensor dbeta, "
+      "Tensor dg)");
   m.def(
       "decode(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, float? scale, Tensor(a!) cache_k, "
       "Tensor(b!) cache_v, Tensor(c!)? cache_gcum, Tensor(d!) cache_lengths) -> (Tensor o, Tensor lse)");

@@ -1,5 +1,6 @@
-// Autograd over the two ops: the forward saves the inputs, o and lse (O(T) memory, never a T x T matrix);
-// the backward calls pathattn::bwd. Gradients for q, k, v, w, beta, g; none for scale, cu_seqlens, the flag.
+// Autograd over the ops: the forward saves the inputs, o and lse (O(T) memory, never a T x T matrix); the backward
+// calls pathattn::bwd with the gradients of o and lse. Gradients for q, k, v, w, beta, g; none for scale,
+// cu_seqlens, the flag.
 #include "pathattn_torch.h"
 
 #include <torch/autograd.h>
@@ -40,14 +41,10 @@ struct PathAttentionFunction : torch::autograd::Function<PathAttentionFunction> 
                  &lse = s[8];
     const c10::IValue& scale = ctx->saved_data["scale"];
     const opt<double> sc = scale.isNone() ? opt<double>() : opt<double>(scale.toDouble());
-    // d lse / d logits would need delta_i - dlse_i inside the kernels, which the core's API does not take:
-    // refuse a real lse gradient loudly rather than dropping it (zeros, e.g. 0 * lse.sum(), are fine).
-    TORCH_CHECK(!grads[1].defined() || !grads[1].any().item<bool>(),
-                "pathattn: backward through lse is not supported (only o is differentiable); detach lse before "
-                "using it in a loss");
     const Tensor dout = grads[0].defined() ? grads[0] : at::zeros_like(o);  // [B, T, HQ, DV]
+    // A loss that uses lse too: dlse enters as delta_i - dlse_i (docs/math.md Eq. 6); undefined: none.
     auto [dq, dk, dv, dw, dbeta, dg] =
-        torch_ops::call_bwd(q, k, v, w, beta, to_opt(g), sc, to_opt(cu), o, lse, dout);
+        torch_ops::call_bwd(q, k, v, w, beta, to_opt(g), sc, to_opt(cu), o, lse, dout, to_opt(grads[1]));
     return {dq, dk, dv, dw, dbeta, g.defined() ? dg : Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };

@@ -3,7 +3,7 @@
 //   pathattn::fwd(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, float? scale,
 //                 Tensor? cu_seqlens, bool return_kcache) -> (Tensor o, Tensor lse, Tensor kcache)
 //   pathattn::bwd(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, float? scale,
-//                 Tensor? cu_seqlens, Tensor o, Tensor lse, Tensor do)
+//                 Tensor? cu_seqlens, Tensor o, Tensor lse, Tensor do, Tensor? dlse)
 //                 -> (Tensor dq, Tensor dk, Tensor dv, Tensor dw, Tensor dbeta, Tensor dg)
 //   pathattn::decode(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, float? scale,
 //                    Tensor(a!) cache_k, Tensor(b!) cache_v, Tensor(c!)? cache_gcum, Tensor(d!) cache_lengths)
@@ -33,7 +33,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> call_fwd(const at::Tensor& q, con
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> call_bwd(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& w, const at::Tensor& beta,
     const opt<at::Tensor>& g, opt<double> scale, const opt<at::Tensor>& cu_seqlens, const at::Tensor& o,
-    const at::Tensor& lse, const at::Tensor& dout);
+    const at::Tensor& lse, const at::Tensor& dout, const opt<at::Tensor>& dlse);
 
 std::tuple<at::Tensor, at::Tensor> call_decode(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                const at::Tensor& w, const at::Tensor& beta, const opt<at::Tensor>& g,

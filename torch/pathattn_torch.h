@@ -21,7 +21,7 @@ torch::Tensor path_attention(const torch::Tensor& q, const torch::Tensor& k, con
 
 struct PathAttentionOutput {
   torch::Tensor o;       // [B, T, HQ, DV], differentiable
-  torch::Tensor lse;     // [B, T, HQ] f32 natural-log normaliser; backward through it is not supported (error)
+  torch::Tensor lse;     // [B, T, HQ] f32 natural-log normaliser, differentiable too
   torch::Tensor kcache;  // [B, T, H, D] keys carried to the end of their sequence (SPEC 4), no gradient;
                          // undefined unless with_kcache
 };

@@ -115,6 +115,10 @@ void forward(const Inputs& in, const ForwardOutputs& out, Backend backend = Back
 // Gradients given the forward's o and lse and the output gradient do [B, T, HQ, DV].
 void backward(const Inputs& in, const TensorView& o, const TensorView& lse, const TensorView& dout,
               const Gradients& grads, Backend backend = Backend::automatic);
+// The same for a loss that also uses lse: dlse [B, T, HQ] in lse's dtype (absent: zero). Since d lse_i / d l_ij
+// = P_ij, it enters as delta_i = dO_i . O_i - dlse_i (docs/math.md Eq. 6); e.g. merging attention over key blocks.
+void backward(const Inputs& in, const TensorView& o, const TensorView& lse, const TensorView& dout,
+              const TensorView& dlse, const Gradients& grads, Backend backend = Backend::automatic);
 
 // Decoding (SPEC 4, docs/math.md Eq. 3, 17): the key cache of B sequences, owned by the caller.
 struct DecodeCache {

@@ -1,4 +1,4 @@
-"""path_attention with autograd over the two registered ops (O(T) saved state: inputs, o, lse)."""
+"""path_attention with autograd over the registered ops (O(T) saved state: inputs, o, lse), prefill and decode."""
 from typing import Optional
 
 import torch
@@ -23,18 +23,12 @@ class _PathAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, do, dlse):
-        # The core's backward takes dO only; d lse would change delta_i = dO_i . O_i inside the kernels.
-        # Refuse a real lse gradient loudly instead of dropping it (an all-zero one is fine).
-        if dlse is not None and bool(dlse.any()):
-            raise RuntimeError(
-                "pathattn: backward through lse is not supported (only o is differentiable); "
-                "detach lse before using it in a loss"
-            )
+        # A loss that uses lse too: dlse enters the core's backward as delta_i - dlse_i (docs/math.md Eq. 6).
         q, k, v, w, beta, g, cu_seqlens, o, lse = ctx.saved_tensors
         if do is None:
             do = torch.zeros_like(o)
         dq, dk, dv, dw, dbeta, dg = torch.ops.pathattn.bwd(
-            q, k, v, w, beta, g, ctx.scale, cu_seqlens, o, lse, do
+            q, k, v, w, beta, g, ctx.scale, cu_seqlens, o, lse, do, dlse
         )
         return dq, dk, dv, dw, dbeta, (dg if g is not None else None), None, None
 
@@ -55,8 +49,9 @@ def path_attention(
     q [B, T, HQ, D], k and w [B, T, H, D] (w unit norm), v [B, T, H, DV], beta [B, T, H] in [0, 2],
     g [B, T, HQ] log forget gate <= 0 (optional, PaTH-FoX; not multiplied by scale), scale (default D^-0.5),
     cu_seqlens [N + 1] int32 with B == 1 (packed variable-length batch, optional).
-    Returns o [B, T, HQ, DV], or (o, lse [B, T, HQ] f32) with return_lse (lse carries no gradient: using it in
-    a loss raises in backward). Errors are RuntimeError naming the argument.
+    Returns o [B, T, HQ, DV], or (o, lse [B, T, HQ] f32) with return_lse; both are differentiable (a loss of
+    lse, e.g. merging attention over key blocks, enters the backward as delta_i - dlse_i). Errors are
+    RuntimeError naming the argument.
     """
     _check_dense(q=q, k=k, v=v, w=w, beta=beta, g=g, cu_seqlens=cu_seqlens)
     scale = None if scale is None else float(scale)

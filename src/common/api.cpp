@@ -84,12 +84,18 @@ void forward(const Inputs& in, const ForwardOutputs& out, Backend backend) {
 
 void backward(const Inputs& in, const TensorView& o, const TensorView& lse, const TensorView& dout,
               const Gradients& grads, Backend backend) {
+  backward(in, o, lse, dout, TensorView{}, grads, backend);
+}
+
+void backward(const Inputs& in, const TensorView& o, const TensorView& lse, const TensorView& dout,
+              const TensorView& dlse, const Gradients& grads, Backend backend) {
   Problem p = make_problem(in, true);
   backend = resolve(p, backend);
   require_support(in, backend, true);
   check_output(o, "o", {p.B, p.T, p.HQ, p.DV}, in.v.dtype, p, /*written=*/false);
   check_output(lse, "lse", {p.B, p.T, p.HQ}, lse_dtype(p), p, /*written=*/false);
   check_output(dout, "dout", {p.B, p.T, p.HQ, p.DV}, in.v.dtype, p, /*written=*/false);
+  if (dlse.defined()) check_output(dlse, "dlse", {p.B, p.T, p.HQ}, lse_dtype(p), p, /*written=*/false);
   check_output(grads.dq, "dq", {p.B, p.T, p.HQ, p.D}, in.q.dtype, p);
   check_output(grads.dk, "dk", {p.B, p.T, p.H, p.D}, in.k.dtype, p);
   check_output(grads.dv, "dv", {p.B, p.T, p.H, p.DV}, in.v.dtype, p);
@@ -98,12 +104,12 @@ void backward(const Inputs& in, const TensorView& o, const TensorView& lse, cons
   if (p.has_gate) check_output(grads.dg, "dg", {p.B, p.T, p.HQ}, in.g.dtype, p);
   check_disjoint({{&grads.dq, "dq"}, {&grads.dk, "dk"}, {&grads.dv, "dv"}, {&grads.dw, "dw"}, {&grads.dbeta, "dbeta"},
                   {&grads.dg, "dg"}},
-                 inputs_of(in, {{&o, "o"}, {&lse, "lse"}, {&dout, "dout"}}));
+                 inputs_of(in, {{&o, "o"}, {&lse, "lse"}, {&dout, "dout"}, {&dlse, "dlse"}}));
   switch (backend) {
-    case Backend::reference: ref::backward(p, in, o, lse, dout, grads); break;
-    case Backend::cpu: cpu::backward(p, in, o, lse, dout, grads); break;
+    case Backend::reference: ref::backward(p, in, o, lse, dout, dlse, grads); break;
+    case Backend::cpu: cpu::backward(p, in, o, lse, dout, dlse, grads); break;
 #ifdef PATHATTN_WITH_CUDA
-    case Backend::cuda: cuda::backward(p, in, o, lse, dout, grads); break;
+    case Backend::cuda: cuda::backward(p, in, o, lse, dout, dlse, grads); break;
 #endif
     default: throw Error("pathattn: no backend");
   }

@@ -46,7 +46,7 @@ struct HeadAccum {
 };
 
 HeadState stage1(const Problem& p, const Inputs& in, const TensorView& o, const TensorView& lse,
-                 const TensorView& dout, const Segment& s, int64_t h) {
+                 const TensorView& dout, const TensorView& dlse, const Segment& s, int64_t h) {
   HeadState st;
   st.seg = s;
   st.h = h;
@@ -63,7 +63,7 @@ HeadState stage1(const Problem& p, const Inputs& in, const TensorView& o, const 
   st.delta.assign(G * L, 0.f);
   st.dKhat.assign(L * D, 0.f);
   st.dv.assign(L * DV, 0.f);
-  std::vector<float> QWl(C * C), S(C * C), orow(L * DV);
+  std::vector<float> QWl(C * C), S(C * C), orow(L * DV), dlse_row(L);
   for (int64_t m = 0; m < N; ++m) {
     ChunkFactors f = st.factors(m);
     chunk_key_side(f);
@@ -75,10 +75,11 @@ HeadState stage1(const Problem& p, const Inputs& in, const TensorView& o, const 
     gather(dout, s, hq, DV, &st.dO[j * L * DV]);
     gather(o, s, hq, DV, orow.data());
     gather(lse, s, hq, 1, &st.lse[j * L]);
-    for (int64_t t = 0; t < L; ++t) {  // Eq. 6: delta_t = dO_t . o_t
+    if (dlse.defined()) gather(dlse, s, hq, 1, dlse_row.data());
+    for (int64_t t = 0; t < L; ++t) {  // Eq. 6: delta_t = dO_t . o_t - dlse_t (d lse_t / d l_ti = P_ti)
       float acc = 0.f;
       for (int64_t d = 0; d < DV; ++d) acc += st.dO[(j * L + t) * DV + d] * orow[t * DV + d];
-      st.delta[j * L + t] = acc;
+      st.delta[j * L + t] = dlse.defined() ? acc - dlse_row[t] : acc;
     }
   }
   return st;
@@ -217,10 +218,10 @@ void stage3(const Problem& p, HeadState& st, std::vector<HeadAccum*>& accs, cons
 }  // namespace
 
 void backward(const Problem& p, const Inputs& in, const TensorView& o, const TensorView& lse, const TensorView& dout,
-              const Gradients& grads) {
+              const TensorView& dlse, const Gradients& grads) {
   const int64_t heads = static_cast<int64_t>(p.segments.size()) * p.H;
   std::vector<HeadState> st(heads);
-  parallel_for(heads, [&](int64_t t) { st[t] = stage1(p, in, o, lse, dout, p.segments[t / p.H], t % p.H); });
+  parallel_for(heads, [&](int64_t t) { st[t] = stage1(p, in, o, lse, dout, dlse, p.segments[t / p.H], t % p.H); });
 
   // Stage 2 tasks: (head, key chunk), longest first (chunk 0 pairs with every later chunk).
   std::vector<std::pair<int64_t, int64_t>> tasks;

@@ -12,6 +12,6 @@ void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out);
 // Appends p.T new tokens per sequence to the cache (validated by the caller: api.cpp).
 void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out);
 void backward(const Problem& p, const Inputs& in, const TensorView& o, const TensorView& lse, const TensorView& dout,
-              const Gradients& grads);
+              const TensorView& dlse, const Gradients& grads);
 
 }  // namespace pathattn::cpu

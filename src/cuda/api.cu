@@ -230,7 +230,8 @@ void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out) {
   CUDA_CHECK(cudaEventRecord(sc.done, stream));
 }
 
-void backward(const Problem&, const Inputs&, const TensorView&, const TensorView&, const TensorView&, const Gradients&) {
+void backward(const Problem&, const Inputs&, const TensorView&, const TensorView&, const TensorView&, const TensorView&,
+              const Gradients&) {
   throw Error("pathattn: the cuda backend does not support this case: CUDA backward kernels are not implemented yet");
 }
 

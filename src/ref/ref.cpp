@@ -124,7 +124,7 @@ void forward_typed(const Problem& p, const Inputs& in, const ForwardOutputs& out
 // that carries the gradient of the key cache back through each H_t.
 template <typename S>
 void backward_typed(const Problem& p, const Inputs& in, const TensorView& o, const TensorView& lse,
-                    const TensorView& dout, const Gradients& gr) {
+                    const TensorView& dout, const TensorView& dlse, const Gradients& gr) {
   parallel_for(static_cast<int64_t>(p.segments.size()) * p.H, [&](int64_t task) {
     const Segment& s = p.segments[task / p.H];
     const int64_t h = task % p.H;
@@ -142,11 +142,12 @@ void backward_typed(const Problem& p, const Inputs& in, const TensorView& o, con
         const int64_t r = s.t0 + t;
         logits(x, p, j, t, cache_at(t), l);
         const S lse_t = S(load(lse, offset(lse, s.b, r, hq)));
-        S delta = 0;  // Eq. 6: delta_t = dO_t . O_t
+        S delta = 0;  // Eq. 6: delta_t = dO_t . O_t - dlse_t (d lse_t / d l_ti = P_ti)
         for (int64_t d = 0; d < DV; ++d) {
           dov[d] = S(load(dout, offset(dout, s.b, r, hq, d)));
           delta += dov[d] * S(load(o, offset(o, s.b, r, hq, d)));
         }
+        if (dlse.defined()) delta -= S(load(dlse, offset(dlse, s.b, r, hq)));
         std::vector<S> dq(D, S(0));
         for (int64_t i = 0; i <= t; ++i) {
           const S prob = std::exp(l[i] - lse_t);
@@ -214,11 +215,11 @@ void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out) {
 }
 
 void backward(const Problem& p, const Inputs& in, const TensorView& o, const TensorView& lse, const TensorView& dout,
-              const Gradients& grads) {
+              const TensorView& dlse, const Gradients& grads) {
   if (p.dtype == DType::f64)
-    backward_typed<double>(p, in, o, lse, dout, grads);
+    backward_typed<double>(p, in, o, lse, dout, dlse, grads);
   else
-    backward_typed<float>(p, in, o, lse, dout, grads);
+    backward_typed<float>(p, in, o, lse, dout, dlse, grads);
 }
 
 }  // namespace pathattn::ref

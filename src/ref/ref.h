@@ -9,6 +9,6 @@ namespace pathattn::ref {
 
 void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out);
 void backward(const Problem& p, const Inputs& in, const TensorView& o, const TensorView& lse, const TensorView& dout,
-              const Gradients& grads);
+              const TensorView& dlse, const Gradients& grads);
 
 }  // namespace pathattn::ref

@@ -34,13 +34,20 @@ def test_gradcheck(name):
     assert torch.autograd.gradcheck(f, leaves, eps=GRADCHECK_EPS, atol=GRADCHECK_ATOL, rtol=GRADCHECK_RTOL)
 
 
-def test_lse_gradient_is_refused():
-    x = random_inputs(1, 4, 1, 1, 4, 4, dtype=torch.float64, seed=6)
-    q = x.pop("q").requires_grad_(True)
-    o, lse = pathattn.path_attention(q, **x, return_lse=True)
-    with pytest.raises(RuntimeError, match="lse"):
-        (o.sum() + lse.sum()).backward()
-    # lse returned but unused by the loss: fine.
-    o, lse = pathattn.path_attention(q, **x, return_lse=True)
-    o.sum().backward()
-    assert q.grad is not None
+@pytest.mark.parametrize("name", ["plain", "gqa", "varlen"])
+def test_gradcheck_with_lse(name):
+    """Both outputs differentiable: gradcheck of (o, lse), i.e. every loss of o and lse (delta_i - dlse_i)."""
+    B, T, H, HQ, D, DV, gate, seqlens = CASES[name]
+    x = random_inputs(B, T, H, HQ, D, DV, gate=gate, seqlens=seqlens, dtype=torch.float64, seed=6)
+    x["beta"] = 0.1 + 0.9 * x["beta"]
+    if gate:
+        x["g"] = x["g"] - 0.1
+    names = ["q", "k", "v", "w", "beta"] + (["g"] if gate else [])
+    leaves = [x[n].clone().requires_grad_(True) for n in names]
+
+    def f(*ts):  # -> (o, lse)
+        return pathattn.path_attention(
+            *ts[:5], g=ts[5] if gate else None, cu_seqlens=x["cu_seqlens"], return_lse=True
+        )
+
+    assert torch.autograd.gradcheck(f, leaves, eps=GRADCHECK_EPS, atol=GRADCHECK_ATOL, rtol=GRADCHECK_RTOL)

@@ -26,7 +26,7 @@ struct Case {
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 struct Problem {
-  Tensor q, k, v, w, beta, g, cu, probe;  // probe [B, T, HQ, DV]: loss = sum(o * probe)
+  Tensor q, k, v, w, beta, g, cu, probe, probe_lse;  // loss = sum(o * probe) [+ sum(lse * probe_lse)]
   std::optional<Tensor> gate() const { return g.defined() ? std::optional<Tensor>(g) : std::nullopt; }
   std::optional<Tensor> cu_seqlens() const { return cu.defined() ? std::optional<Tensor>(cu) : std::nullopt; }
   std::vector<Tensor*> inputs() {
@@ -54,30 +54,36 @@ Problem make(const Case& c, uint64_t seed) {
     p.cu = torch::tensor(cu, torch::kInt32);
   }
   p.probe = torch::randn({c.B, c.T, c.HQ, c.DV}, f64);
+  p.probe_lse = torch::randn({c.B, c.T, c.HQ}, f64);
   return p;
 }
 
-double loss(const Problem& p) {
+// The probed loss of the outputs: sum(o * probe), plus sum(lse * probe_lse) when with_lse.
+Tensor probed(const pathattn::PathAttentionOutput& out, const Problem& p, bool with_lse) {
+  Tensor l = (out.o * p.probe).sum();
+  return with_lse ? l + (out.lse * p.probe_lse).sum() : l;
+}
+
+double loss(const Problem& p, bool with_lse) {
   torch::NoGradGuard no_grad;
-  return (pathattn::path_attention(p.q, p.k, p.v, p.w, p.beta, p.gate(), std::nullopt, p.cu_seqlens()) * p.probe)
-      .sum()
+  return probed(pathattn::path_attention_ex(p.q, p.k, p.v, p.w, p.beta, p.gate(), std::nullopt, p.cu_seqlens(), false),
+                p, with_lse)
       .item<double>();
 }
 
 class Gradients : public ::testing::TestWithParam<Case> {};
 
-TEST_P(Gradients, MatchCentralDifferences) {
-  const Case& c = GetParam();
+void check_central_differences(const Case& c, bool with_lse) {
   Problem p = make(c, 7);
   std::vector<Tensor> analytic;
   {
     std::vector<Tensor> leaves;
     for (Tensor* t : p.inputs()) leaves.push_back(t->clone().requires_grad_(true));
-    Tensor o = pathattn::path_attention(leaves[0], leaves[1], leaves[2], leaves[3], leaves[4],
-                                        c.gate ? std::optional<Tensor>(leaves[5]) : std::nullopt, std::nullopt,
-                                        p.cu_seqlens());
-    ASSERT_EQ(o.sizes(), torch::IntArrayRef({c.B, c.T, c.HQ, c.DV}));
-    (o * p.probe).sum().backward();
+    auto out = pathattn::path_attention_ex(leaves[0], leaves[1], leaves[2], leaves[3], leaves[4],
+                                           c.gate ? std::optional<Tensor>(leaves[5]) : std::nullopt, std::nullopt,
+                                           p.cu_seqlens(), false);
+    ASSERT_EQ(out.o.sizes(), torch::IntArrayRef({c.B, c.T, c.HQ, c.DV}));
+    probed(out, p, with_lse).backward();
     for (Tensor& l : leaves) {
       ASSERT_TRUE(l.grad().defined());
       analytic.push_back(l.grad());
@@ -92,18 +98,22 @@ TEST_P(Gradients, MatchCentralDifferences) {
     for (int64_t e = 0; e < flat.numel(); ++e) {
       const double x = flat[e].item<double>();
       flat[e] = x + h;
-      const double up = loss(p);
+      const double up = loss(p, with_lse);
       flat[e] = x - h;
-      const double down = loss(p);
+      const double down = loss(p, with_lse);
       flat[e] = x;
       numeric[e] = (up - down) / (2 * h);
     }
     const double err = (analytic[i].reshape({-1}) - numeric).norm().item<double>();
     const double ref = numeric.norm().item<double>();
     EXPECT_LE(err, tol::kFiniteDifference * ref + tol::kFiniteDifferenceAbs)
-        << c.name << ": d loss / d " << names[i] << " differs from central differences (|fd| = " << ref << ")";
+        << c.name << (with_lse ? " (loss with lse)" : "") << ": d loss / d " << names[i]
+        << " differs from central differences (|fd| = " << ref << ")";
   }
 }
+
+TEST_P(Gradients, MatchCentralDifferences) { check_central_differences(GetParam(), false); }
+TEST_P(Gradients, MatchCentralDifferencesWithLseInTheLoss) { check_central_differences(GetParam(), true); }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Gradients,
                          ::testing::Values(Case{1, 6, 1, 1, 4, 4, false, {}, "plain"},
@@ -162,16 +172,14 @@ TEST(Errors, ArriveAsC10ErrorNamingTheArgument) {
   expect_error([&] { pathattn::path_attention(p.q, p.k, p.v, p.w, p.beta, std::nullopt, -1.0); }, {"scale"});
 }
 
-// lse is returned for inference and tests; backward through it is refused loudly, not silently dropped.
-TEST(Errors, LseGradientIsRefused) {
+// A loss of lse alone: o's gradient is undefined (autograd passes none), lse's reaches the inputs.
+TEST(LseGradient, LseAloneInTheLoss) {
   Problem p = make(Case{1, 4, 1, 1, 4, 4, false, {}, "lse"}, 9);
   Tensor q = p.q.clone().requires_grad_(true);
   auto out = pathattn::path_attention_ex(q, p.k, p.v, p.w, p.beta, std::nullopt, std::nullopt, std::nullopt, false);
-  expect_error([&] { (out.o.sum() + out.lse.sum()).backward(); }, {"lse", "not supported"});
-  // A zero lse gradient (lse unused by the loss) is fine.
-  auto out2 = pathattn::path_attention_ex(q, p.k, p.v, p.w, p.beta, std::nullopt, std::nullopt, std::nullopt, false);
-  (out2.o.sum() + 0.0 * out2.lse.sum()).backward();
-  EXPECT_TRUE(q.grad().defined());
+  out.lse.sum().backward();
+  ASSERT_TRUE(q.grad().defined());
+  EXPECT_GT(q.grad().abs().max().item<double>(), 0.0);
 }
 
 }  // namespace
