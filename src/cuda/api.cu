@@ -1,6 +1,7 @@
 // The CUDA backend's entry points: what the kernels support, the chunk tables, the workspace, the launch.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -137,6 +138,12 @@ void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out) {
   }
   const int NC = static_cast<int>(chunks.size());
   if (NC == 0) return;
+  // The D = 64 kernel reads the workspace as one [NC * H * C, 64] matrix through TMA, whose coordinates are int32;
+  // the blocks of the grid are counted in 32 bits too.
+  if (static_cast<int64_t>(NC) * p.H * kChunk > INT32_MAX || static_cast<int64_t>(NC) * p.HQ > INT32_MAX)
+    throw Error("pathattn: cuda forward: " + std::to_string(NC) + " chunks x H = " + std::to_string(p.H) +
+                " heads x " + std::to_string(kChunk) + " rows exceed the kernels' 32-bit coordinates (2^31 - 1); "
+                "split the batch into smaller calls");
   // The main kernel's schedule (launch/fwd.cu): sequences longest first, and inside a sequence its query chunks
   // from the last (most key chunks to visit) to the first, so that the CTAs running at one time share their key
   // chunks in L2 and the grid ends on short work. The first schedule (all longest chunks of every sequence and head
