@@ -6,7 +6,7 @@ from ._library import LibraryNotFoundError, library_path, load
 
 load()
 
-from .layer import PaTHAttention  # noqa: E402  (needs the ops registered above)
+from .layer import PaTHAttention, PaTHLayerCache  # noqa: E402  (needs the ops registered above)
 from .ops import DecodeCache, decode, path_attention, prefill  # noqa: E402
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "decode",
     "DecodeCache",
     "PaTHAttention",
+    "PaTHLayerCache",
     "LibraryNotFoundError",
     "library_path",
 ]

@@ -5,7 +5,20 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .ops import path_attention
+from .ops import DecodeCache, decode, path_attention, prefill
+
+
+class PaTHLayerCache:
+    """Decoding state of one PaTHAttention layer (pass the same object to every call of one generation): the
+    key cache (a DecodeCache: keys carried to each sequence's last token, values, gates) and the last
+    conv_size - 1 inputs of the w short convolution. Empty until the first call (the prefill) fills it."""
+
+    def __init__(self):
+        self.kv: Optional[DecodeCache] = None
+        self.conv: Optional[torch.Tensor] = None  # [B, conv_size - 1, H * D]
+
+    def __len__(self):
+        return 0 if self.kv is None else int(self.kv.lengths.max())
 
 
 class RMSNorm(nn.Module):
@@ -28,6 +41,13 @@ class ShortConvolution(nn.Conv1d):
 
     def __init__(self, channels: int, kernel_size: int):
         super().__init__(channels, channels, kernel_size, groups=channels, bias=False)
+
+    def step(self, x, state):
+        """The convolution of x [B, S, C] continuing after the last K - 1 inputs `state` [B, K - 1, C]; returns
+        (y [B, S, C], the new state)."""
+        K = self.kernel_size[0]
+        xx = torch.cat([state, x], 1)
+        return self.forward(xx)[:, K - 1 :], xx[:, xx.shape[1] - (K - 1) :]
 
     def forward(self, x, cu_seqlens: Optional[torch.Tensor] = None):  # x [B, T, C]
         K = self.kernel_size[0]
@@ -52,7 +72,11 @@ class ShortConvolution(nn.Conv1d):
 class PaTHAttention(nn.Module):
     """PaTH attention layer: q, k, v, o projections (no bias, no RoPE), Householder directions w from a
     low-rank projection + short causal conv + SiLU + L2 norm, strengths beta = 2 sigmoid(.) in f32, and for
-    PaTH-FoX a per-query-head forget gate g = logsigmoid(.). forward(x [B, T, E], cu_seqlens) -> [B, T, E]."""
+    PaTH-FoX a per-query-head forget gate g = logsigmoid(.). forward(x [B, T, E], cu_seqlens) -> [B, T, E].
+
+    Generation: forward(x, cache=PaTHLayerCache()) runs the prompt (prefill) and keeps the layer's state; later
+    calls with the same cache append their tokens (pathattn.decode, CPU float32 for now), as if the whole
+    sequence had been run at once. No gradients flow through a call with a cache."""
 
     def __init__(
         self,
@@ -114,7 +138,14 @@ class PaTHAttention(nn.Module):
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
 
-    def forward(self, hidden_states: torch.Tensor, cu_seqlens: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        cu_seqlens: Optional[torch.Tensor] = None,
+        cache: Optional[PaTHLayerCache] = None,
+    ) -> torch.Tensor:
+        if cache is not None and cu_seqlens is not None:
+            raise ValueError("pathattn: PaTHAttention takes a cache or cu_seqlens, not both (decode has no varlen)")
         x = hidden_states  # [B, T, E]
         B, T, _ = x.shape
         H, HQ, D = self.num_kv_heads, self.num_heads, self.head_dim
@@ -128,12 +159,27 @@ class PaTHAttention(nn.Module):
         fdtype = x.dtype if x.device.type == "cpu" else torch.float32
         w = self.w_proj(x)  # [B, T, H * D]
         if self.use_w_shortconv:
-            w = self.w_conv1d(w, cu_seqlens)
+            if cache is not None and cache.kv is not None:  # decoding: continue after the cached inputs
+                w, cache.conv = self.w_conv1d.step(w, cache.conv)
+            else:
+                if cache is not None:  # prefill: keep the last K - 1 inputs (zeros before a short prompt)
+                    K = self.conv_size
+                    cache.conv = F.pad(w, (0, 0, K - 1, 0))[:, T:].detach()
+                w = self.w_conv1d(w, cu_seqlens)
         w = F.normalize(w.to(fdtype).view(B, T, H, D), p=2.0, dim=-1)  # [B, T, H, D], unit norm
         beta = 2.0 * torch.sigmoid(self.bt_proj(x).to(fdtype))  # [B, T, H] in (0, 2)
         if self.beta_max is not None:
             beta = beta.clamp(0.0, self.beta_max)
         g = F.logsigmoid(self.fgate_proj(x).to(fdtype)) if self.use_forget_gate else None  # [B, T, HQ]
 
-        o = path_attention(q, k, v, w, beta, g, cu_seqlens=cu_seqlens)  # [B, T, HQ, D]
+        if cache is None:
+            o = path_attention(q, k, v, w, beta, g, cu_seqlens=cu_seqlens)  # [B, T, HQ, D]
+        elif cache.kv is None:  # prefill
+            with torch.no_grad():
+                o, _, kcache = prefill(q, k, v, w, beta, g)
+                cache.kv = DecodeCache.from_prefill(kcache, v, g, Tmax=2 * T)
+        else:
+            with torch.no_grad():
+                cache.kv.reserve(T)
+                o = decode(q, k, v, w, beta, cache.kv, g=g)
         return self.o_proj(o.reshape(B, T, HQ * D))

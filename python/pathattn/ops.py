@@ -97,6 +97,23 @@ class DecodeCache:
         c.lengths.fill_(T)
         return c
 
+    def reserve(self, n):
+        """Room for n more tokens per sequence: Tmax doubles (or grows to fit) when the cache would overflow."""
+        need = int(self.lengths.max()) + n
+        Tmax = self.k.shape[1]
+        if need <= Tmax:
+            return
+        T2 = max(2 * Tmax, need)
+
+        def grow(t):
+            if t is None:
+                return None
+            g = t.new_zeros((t.shape[0], T2) + tuple(t.shape[2:]))
+            g[:, :Tmax] = t
+            return g
+
+        self.k, self.v, self.gcum = grow(self.k), grow(self.v), grow(self.gcum)
+
 
 @torch.no_grad()
 def decode(q, k, v, w, beta, cache, g=None, scale=None, return_lse=False):

@@ -73,3 +73,31 @@ def test_varlen_equals_separate_sequences():
     packed = layer(torch.cat(xs, 1), cu_seqlens=torch.tensor([0, 5, 6, 13], dtype=torch.int32))
     separate = torch.cat([layer(x) for x in xs], 1)
     torch.testing.assert_close(packed, separate, rtol=F32_VS_REFERENCE_RTOL, atol=F32_VS_REFERENCE_ATOL)
+
+
+@pytest.mark.parametrize("gate,qk_norm,kv_heads", [(False, False, None), (True, True, 2)])
+def test_generation_with_a_cache_equals_the_full_forward(gate, qk_norm, kv_heads):
+    """Prefill 10 tokens, then single tokens and a 3-token step through a PaTHLayerCache (the short-conv state
+    and the key cache carried across calls, the cache's room grown past 2 x the prompt): the same outputs as
+    one forward over all 25 tokens."""
+    torch.manual_seed(7)
+    layer = pathattn.PaTHAttention(
+        hidden_size=64, num_heads=4, num_kv_heads=kv_heads, use_forget_gate=gate, use_qk_norm=qk_norm
+    )
+    x = torch.randn(2, 25, 64)
+    with torch.no_grad():
+        full = layer(x)
+        cache = pathattn.PaTHLayerCache()
+        parts = [layer(x[:, :10], cache=cache)]
+        t = 10
+        for s in [1, 1, 3] + [1] * 10:
+            parts.append(layer(x[:, t : t + s], cache=cache))
+            t += s
+    assert t == 25 and len(cache) == 25
+    torch.testing.assert_close(torch.cat(parts, 1), full, rtol=F32_VS_REFERENCE_RTOL, atol=F32_VS_REFERENCE_ATOL)
+
+
+def test_cache_and_cu_seqlens_together_are_refused():
+    layer = pathattn.PaTHAttention(hidden_size=32, num_heads=2)
+    with pytest.raises(ValueError, match="cache or cu_seqlens"):
+        layer(torch.randn(1, 4, 32), cu_seqlens=torch.tensor([0, 4], dtype=torch.int32), cache=pathattn.PaTHLayerCache())
