@@ -85,3 +85,12 @@ def test_runs_on_the_current_stream():
         o = pathattn.path_attention(**{**xc, "q": q})
     side.synchronize()
     assert torch.equal(o, expected)
+
+
+def test_decode_on_cuda_is_a_named_error():
+    """Decoding runs on the CPU for now: CUDA tensors get the core's message, not a dispatcher error."""
+    x = random_inputs(1, 2, 1, 1, D, D, seed=14)
+    xc = cuda_inputs(x)
+    xc.pop("cu_seqlens")
+    with pytest.raises(RuntimeError, match="decode runs on CPU float32"):
+        pathattn.decode(**xc, cache=pathattn.DecodeCache(1, 8, 1, D))
