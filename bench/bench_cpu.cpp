@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "pathattn/pathattn.h"
+#include "timing.h"
 
 #ifdef PATHATTN_BENCH_TORCH
 #include <torch/torch.h>
@@ -38,6 +39,8 @@ namespace {
 
 using pathattn::Backend;
 using pathattn::DType;
+using pathattn::bench::interleaved_medians;
+using pathattn::bench::median_ms;
 
 constexpr int64_t kB = 1, kH = 4, kHQ = 4, kD = 64, kDV = 64;
 
@@ -79,51 +82,6 @@ Options parse(int argc, char** argv) {
     }
   }
   return o;
-}
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Median time of f over reps runs after one warm-up run; a warm-up above 5 s means one timed run is enough.
-double median_ms(int reps, const std::function<void()>& f) {
-  double t0 = now_ms();
-  f();
-  const double warm = now_ms() - t0;
-  if (warm > 5000) reps = 1;
-  std::vector<double> ts;
-  for (int r = 0; r < reps; ++r) {
-    t0 = now_ms();
-    f();
-    ts.push_back(now_ms() - t0);
-  }
-  std::sort(ts.begin(), ts.end());
-  return ts[ts.size() / 2];
-}
-
-// Medians of several functions timed in turn (a, b, c, a, b, c, ...) after one warm-up each: on a shared
-// machine the load then falls on all of them alike, so their ratios stay meaningful.
-std::vector<double> interleaved_medians(int reps, const std::vector<std::function<void()>>& fs) {
-  double warm = 0;
-  for (const auto& f : fs) {
-    const double t0 = now_ms();
-    f();
-    warm = std::max(warm, now_ms() - t0);
-  }
-  if (warm > 5000) reps = 1;
-  std::vector<std::vector<double>> ts(fs.size());
-  for (int r = 0; r < reps; ++r)
-    for (size_t i = 0; i < fs.size(); ++i) {
-      const double t0 = now_ms();
-      fs[i]();
-      ts[i].push_back(now_ms() - t0);
-    }
-  std::vector<double> med;
-  for (auto& t : ts) {
-    std::sort(t.begin(), t.end());
-    med.push_back(t[t.size() / 2]);
-  }
-  return med;
 }
 
 // Model FLOPs of one forward (see the header comment), all heads.
