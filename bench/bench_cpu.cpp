@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "pathattn/pathattn.h"
+#include "inputs.h"
 #include "timing.h"
 
 #ifdef PATHATTN_BENCH_TORCH
@@ -97,24 +98,13 @@ struct PathProblem {
   pathattn::Inputs in;
 
   PathProblem(int64_t T_, bool gate) : T(T_) {
-    std::mt19937_64 rng(T);
-    std::normal_distribution<float> n01(0.f, 1.f);
-    auto fill = [&](std::vector<float>& x, int64_t n) {
-      x.resize(n);
-      for (float& e : x) e = n01(rng);
-    };
-    fill(q, kB * T * kHQ * kD);
-    fill(k, kB * T * kH * kD);
-    fill(v, kB * T * kH * kDV);
-    fill(w, kB * T * kH * kD);
-    for (int64_t r = 0; r < kB * T * kH; ++r) {
-      float n = 0;
-      for (int64_t d = 0; d < kD; ++d) n += w[r * kD + d] * w[r * kD + d];
-      for (int64_t d = 0; d < kD; ++d) w[r * kD + d] /= std::sqrt(n);
-    }
-    beta.resize(kB * T * kH);
-    for (float& b : beta) b = 2.f / (1.f + std::exp(-n01(rng)));
-    fill(dout, kB * T * kHQ * kDV);
+    pathattn::bench::InputDraws draw(T);
+    draw.normal(q, kB * T * kHQ * kD);
+    draw.normal(k, kB * T * kH * kD);
+    draw.normal(v, kB * T * kH * kDV);
+    draw.unit_rows(w, kB * T * kH, kD);
+    draw.beta(beta, kB * T * kH);
+    draw.normal(dout, kB * T * kHQ * kDV);
     for (auto* x : {&o, &dv}) x->assign(kB * T * (x == &o ? kHQ : kH) * kDV, 0.f);
     for (auto* x : {&dq, &dk, &dw}) x->assign(kB * T * (x == &dq ? kHQ : kH) * kD, 0.f);
     lse.assign(kB * T * kHQ, 0.f);
@@ -126,7 +116,7 @@ struct PathProblem {
     in.beta = view(beta, {kB, T, kH});
     if (gate) {
       g.resize(kB * T * kHQ);
-      for (float& x : g) x = -std::log1p(std::exp(-(1.5f + n01(rng))));
+      for (float& x : g) x = -std::log1p(std::exp(-(1.5f + draw.n01(draw.rng))));
       dg.assign(g.size(), 0.f);
       in.g = view(g, {kB, T, kHQ});
     }

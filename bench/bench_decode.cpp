@@ -16,11 +16,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "inputs.h"
 #include "pathattn/pathattn.h"
 #include "timing.h"
 
@@ -42,32 +42,21 @@ std::vector<int64_t> parse_list(const std::string& s) {
   return r;
 }
 
-// A cache of Tmax = L + S rows and S new tokens: q, k, v ~ N(0, 1), w unit norm, beta = 2 sigmoid(N(0, 1)).
+// A cache of Tmax = L + S rows (random, as carried keys would be) and S new tokens (bench/inputs.h).
 struct Step {
   int64_t L, S, Tmax;
   std::vector<float> ck, cv, q, k, v, w, beta, o, lse;  // cache [B, Tmax, H, D]; new tokens [B, S, H, .]
   std::vector<int32_t> lengths;
 
   Step(int64_t L_, int64_t S_) : L(L_), S(S_), Tmax(L_ + S_) {
-    std::mt19937_64 rng(L * 131 + S);
-    std::normal_distribution<float> n01(0.f, 1.f);
-    auto fill = [&](std::vector<float>& x, int64_t n) {
-      x.resize(n);
-      for (float& e : x) e = n01(rng);
-    };
-    fill(ck, kB * Tmax * kH * kD);
-    fill(cv, kB * Tmax * kH * kDV);
-    fill(q, kB * S * kH * kD);
-    fill(k, kB * S * kH * kD);
-    fill(v, kB * S * kH * kDV);
-    fill(w, kB * S * kH * kD);
-    for (int64_t r = 0; r < kB * S * kH; ++r) {
-      float n = 0;
-      for (int64_t d = 0; d < kD; ++d) n += w[r * kD + d] * w[r * kD + d];
-      for (int64_t d = 0; d < kD; ++d) w[r * kD + d] /= std::sqrt(n);
-    }
-    beta.resize(kB * S * kH);
-    for (float& b : beta) b = 2.f / (1.f + std::exp(-n01(rng)));
+    pathattn::bench::InputDraws draw(L * 131 + S);
+    draw.normal(ck, kB * Tmax * kH * kD);
+    draw.normal(cv, kB * Tmax * kH * kDV);
+    draw.normal(q, kB * S * kH * kD);
+    draw.normal(k, kB * S * kH * kD);
+    draw.normal(v, kB * S * kH * kDV);
+    draw.unit_rows(w, kB * S * kH, kD);
+    draw.beta(beta, kB * S * kH);
     o.assign(kB * S * kH * kDV, 0.f);
     lse.assign(kB * S * kH, 0.f);
     lengths.assign(kB, static_cast<int32_t>(L));
