@@ -56,24 +56,11 @@ OpDecodeState op_decode_start(const torch::Tensor& kcache, const torch::Tensor& 
 
 torch::Tensor op_decode_step(OpDecodeState& st, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const torch::Tensor& w, const torch::Tensor& beta, const torch::Tensor& g) {
-  const int64_t S = q.size(1), Tmax = st.k.size(1), used = st.lengths.max().item<int64_t>();
-  if (used + S > Tmax) {  // grow: copy the rows in use into a state with twice the room
-    const int64_t T2 = std::max(2 * Tmax, used + S);
-    auto grow = [&](const torch::Tensor& t) {
-      if (!t.defined()) return t;
-      auto sizes = t.sizes().vec();
-      sizes[1] = T2;
-      auto n = torch::zeros(sizes, t.options());
-      n.narrow(1, 0, Tmax).copy_(t);
-      return n;
-    };
-    st.k = grow(st.k);
-    st.v = grow(st.v);
-    st.gcum = grow(st.gcum);
-  }
   pathattn::DecodeState core = to_core(st);
+  core.reserve(q.size(1));
   auto out = pathattn::decode(q, k, v, w.to(torch::kFloat), beta.to(torch::kFloat), core,
                               g.defined() ? std::optional<torch::Tensor>(g.to(torch::kFloat)) : std::nullopt);
+  st = from_core(core);
   return out.o;
 }
 #else

@@ -73,6 +73,13 @@ void expect_inputs_untouched(Case<S>& c) {
   if (P.spec.gate) EXPECT_TRUE(c.g.to_vector() == P.g) << "g was modified";
 }
 
+// The forward's outputs of the CPU path and the reference, paired for expect_close.
+std::vector<Compared> forward_pairs(const Case<float>& c, const Case<double>& r) {
+  return {{"o", c.o.to_vector(), r.o.to_vector()},
+          {"lse", c.lse.to_vector(), r.lse.to_vector()},
+          {"kcache", c.kcache.to_vector(), r.kcache.to_vector()}};
+}
+
 class CpuVsReference : public ::testing::TestWithParam<Spec> {};
 
 TEST_P(CpuVsReference, ForwardAndBackward) {
@@ -84,10 +91,7 @@ TEST_P(CpuVsReference, ForwardAndBackward) {
 
   c.forward(Backend::cpu);
   r.forward(Backend::reference);
-  expect_close({{"o", c.o.to_vector(), r.o.to_vector()},
-                {"lse", c.lse.to_vector(), r.lse.to_vector()},
-                {"kcache", c.kcache.to_vector(), r.kcache.to_vector()}},
-               s);
+  expect_close(forward_pairs(c, r), s);
 
   // Each backward uses its own forward's o and lse, as a training step would.
   c.backward(Backend::cpu);
@@ -347,10 +351,7 @@ TEST(CpuLongSequence, Forward4096) {
   Case<double> r(P);
   c.forward(Backend::cpu);
   r.forward(Backend::reference);
-  expect_close({{"o", c.o.to_vector(), r.o.to_vector()},
-                {"lse", c.lse.to_vector(), r.lse.to_vector()},
-                {"kcache", c.kcache.to_vector(), r.kcache.to_vector()}},
-               s);
+  expect_close(forward_pairs(c, r), s);
   EXPECT_TRUE(c.guards_intact());
 }
 

@@ -5,6 +5,8 @@
 
 #include <torch/autograd.h>
 
+#include <algorithm>
+
 #include "pathattn_ops.h"
 
 namespace pathattn {
@@ -83,6 +85,23 @@ DecodeState DecodeState::from_prefill(const Tensor& kcache, const Tensor& v, con
   if (g.defined()) s.gcum.narrow(1, 0, T).copy_(g.to(torch::kFloat64).cumsum(1));  // G_t, SPEC 6: in f64
   s.lengths.fill_(static_cast<int32_t>(T));
   return s;
+}
+
+void DecodeState::reserve(int64_t n) {
+  const int64_t Tmax = k.size(1), need = lengths.max().item<int64_t>() + n;
+  if (need <= Tmax) return;
+  const int64_t T2 = std::max(2 * Tmax, need);
+  auto grow = [&](const Tensor& t) {
+    if (!t.defined()) return t;
+    auto sizes = t.sizes().vec();
+    sizes[1] = T2;
+    Tensor g2 = torch::zeros(sizes, t.options());
+    g2.narrow(1, 0, Tmax).copy_(t);
+    return g2;
+  };
+  k = grow(k);
+  v = grow(v);
+  gcum = grow(gcum);
 }
 
 DecodeOutput decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& beta,

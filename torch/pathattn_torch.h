@@ -45,6 +45,8 @@ struct DecodeState {
   // kcache [B, T, H, D], v [B, T, H, DV], g [B, T, HQ] or undefined.
   static DecodeState from_prefill(const torch::Tensor& kcache, const torch::Tensor& v, const torch::Tensor& g,
                                   int64_t Tmax);
+  // Room for n more tokens per sequence: Tmax doubles (or grows to fit) when the cache would overflow.
+  void reserve(int64_t n);
 };
 
 struct DecodeOutput {

@@ -17,10 +17,10 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", CASES)
-def test_gradcheck(name):
+def gradcheck_case(name, seed, return_lse):
+    """gradcheck of o (or of (o, lse)) with respect to q, k, v, w, beta[, g] on CASES[name]."""
     B, T, H, HQ, D, DV, gate, seqlens = CASES[name]
-    x = random_inputs(B, T, H, HQ, D, DV, gate=gate, seqlens=seqlens, dtype=torch.float64, seed=5)
+    x = random_inputs(B, T, H, HQ, D, DV, gate=gate, seqlens=seqlens, dtype=torch.float64, seed=seed)
     # Keep +-eps steps inside the valid ranges: beta in [0.1, 1.9], g in [-1.1, -0.1].
     x["beta"] = 0.1 + 0.9 * x["beta"]
     if gate:
@@ -28,26 +28,20 @@ def test_gradcheck(name):
     names = ["q", "k", "v", "w", "beta"] + (["g"] if gate else [])
     leaves = [x[n].clone().requires_grad_(True) for n in names]
 
-    def f(*ts):  # q, k, v, w, beta[, g] -> o
-        return pathattn.path_attention(*ts[:5], g=ts[5] if gate else None, cu_seqlens=x["cu_seqlens"])
+    def f(*ts):  # q, k, v, w, beta[, g] -> o or (o, lse)
+        return pathattn.path_attention(
+            *ts[:5], g=ts[5] if gate else None, cu_seqlens=x["cu_seqlens"], return_lse=return_lse
+        )
 
-    assert torch.autograd.gradcheck(f, leaves, eps=GRADCHECK_EPS, atol=GRADCHECK_ATOL, rtol=GRADCHECK_RTOL)
+    return torch.autograd.gradcheck(f, leaves, eps=GRADCHECK_EPS, atol=GRADCHECK_ATOL, rtol=GRADCHECK_RTOL)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_gradcheck(name):
+    assert gradcheck_case(name, seed=5, return_lse=False)
 
 
 @pytest.mark.parametrize("name", ["plain", "gqa", "varlen"])
 def test_gradcheck_with_lse(name):
     """Both outputs differentiable: gradcheck of (o, lse), i.e. every loss of o and lse (delta_i - dlse_i)."""
-    B, T, H, HQ, D, DV, gate, seqlens = CASES[name]
-    x = random_inputs(B, T, H, HQ, D, DV, gate=gate, seqlens=seqlens, dtype=torch.float64, seed=6)
-    x["beta"] = 0.1 + 0.9 * x["beta"]
-    if gate:
-        x["g"] = x["g"] - 0.1
-    names = ["q", "k", "v", "w", "beta"] + (["g"] if gate else [])
-    leaves = [x[n].clone().requires_grad_(True) for n in names]
-
-    def f(*ts):  # -> (o, lse)
-        return pathattn.path_attention(
-            *ts[:5], g=ts[5] if gate else None, cu_seqlens=x["cu_seqlens"], return_lse=True
-        )
-
-    assert torch.autograd.gradcheck(f, leaves, eps=GRADCHECK_EPS, atol=GRADCHECK_ATOL, rtol=GRADCHECK_RTOL)
+    assert gradcheck_case(name, seed=6, return_lse=True)
