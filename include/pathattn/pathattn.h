@@ -78,6 +78,10 @@ struct Inputs {
   // call returns once the kernels are queued; reading o means synchronising with this stream. Not capturable in
   // a CUDA graph (the call uploads its chunk tables from the host; with cu_seqlens it also reads them back).
   void* cuda_stream = nullptr;
+  // CUDA backward: sum every cross-block gradient contribution in one fixed order, so that two calls on the same
+  // inputs give the same bits (the default). false lets the blocks add in whatever order they finish (f32
+  // atomics): faster where the ordering waits, and different in the last bits from run to run.
+  bool deterministic = true;
 };
 
 struct ForwardOutputs {
