@@ -39,8 +39,12 @@ void* kernel_stream(const Tensor& q) {
   return nullptr;
 }
 
+// The CUDA kernels' scratch from torch's caching allocator, on the op's stream: a block freed when the op returns
+// is reused only by later work on that stream, after the kernels queued here; and torch's memory statistics
+// (max_memory_allocated) count it. `keep` holds the blocks until the core call returns.
 Inputs make_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& beta,
-                   const opt<Tensor>& g, opt<double> scale, const opt<Tensor>& cu_seqlens) {
+                   const opt<Tensor>& g, opt<double> scale, const opt<Tensor>& cu_seqlens,
+                   std::vector<Tensor>* keep = nullptr) {
   Inputs in;
   in.q = to_view(q, "q");
   in.k = to_view(k, "k");
@@ -51,6 +55,13 @@ Inputs make_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   in.cu_seqlens = to_view(cu_seqlens, "cu_seqlens");
   if (scale.has_value()) in.scale = *scale;
   in.cuda_stream = kernel_stream(q);
+  if (keep && q.is_cuda()) {
+    const auto options = q.options().dtype(at::kByte);
+    in.cuda_workspace = [keep, options](std::size_t bytes) {
+      keep->push_back(at::empty({static_cast<int64_t>(bytes)}, options));
+      return keep->back().data_ptr();
+    };
+  }
   return in;
 }
 
@@ -64,7 +75,8 @@ std::tuple<Tensor, Tensor, Tensor> fwd(const Tensor& q, const Tensor& k, const T
                                        const Tensor& beta, const opt<Tensor>& g, opt<double> scale,
                                        const opt<Tensor>& cu_seqlens, bool return_kcache) {
   return translate_errors([&] {
-    const Inputs in = make_inputs(q, k, v, w, beta, g, scale, cu_seqlens);
+    std::vector<Tensor> workspace;
+    const Inputs in = make_inputs(q, k, v, w, beta, g, scale, cu_seqlens, &workspace);
     // Shape validation first (throws naming the argument), so that the sizes read below exist.
     supports(in, Backend::automatic);
     const c10::OptionalDeviceGuard guard(kernel_device(q));
@@ -89,7 +101,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> bwd(const Tensor& q, 
                                                                const Tensor& lse, const Tensor& dout,
                                                                const opt<Tensor>& dlse) {
   return translate_errors([&] {
-    const Inputs in = make_inputs(q, k, v, w, beta, g, scale, cu_seqlens);
+    std::vector<Tensor> workspace;
+    const Inputs in = make_inputs(q, k, v, w, beta, g, scale, cu_seqlens, &workspace);
     supports(in, Backend::automatic, true);
     const c10::OptionalDeviceGuard guard(kernel_device(q));
     const bool gated = in.g.defined();

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -24,6 +25,13 @@ namespace pathattn {
 class Error : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;
+};
+
+// Thrown when the device fails a valid call: a CUDA error (out of memory, a failed launch, a lost device). The
+// message names the CUDA call or kernel, the CUDA error and the source line.
+class RuntimeError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 enum class DType { f16, bf16, f32, f64, i32 };
@@ -82,6 +90,11 @@ struct Inputs {
   // inputs give the same bits (the default). false lets the blocks add in whatever order they finish (f32
   // atomics): faster where the ordering waits, and different in the last bits from run to run.
   bool deterministic = true;
+  // CUDA backend: where a call's scratch memory comes from. Given, it is called once per call with the bytes
+  // needed and returns device memory (256-byte aligned, on q's device) that stays valid until the work queued on
+  // cuda_stream has finished; torch's caching allocator on that stream gives exactly this. Absent, the library
+  // keeps one grow-only buffer per device.
+  std::function<void*(std::size_t)> cuda_workspace;
 };
 
 struct ForwardOutputs {

@@ -1,5 +1,6 @@
-// CUDA_CHECK: every CUDA call and launch in src/cuda goes through it, so that a failure throws pathattn::Error
-// naming the call, the CUDA error and the file:line (llm.c's cudaCheck, as an exception).
+// CUDA_CHECK: every CUDA call and launch in src/cuda goes through it, so that a failure throws
+// pathattn::RuntimeError naming the call (or kernel), the CUDA error and the file:line (llm.c's cudaCheck, as an
+// exception). Invalid arguments are pathattn::Error, thrown before any CUDA work.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,9 +11,9 @@
 
 namespace pathattn::cuda {
 
-[[noreturn]] inline void cuda_fail(cudaError_t e, const char* what, const char* file, int line) {
-  throw Error(std::string("pathattn: CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ") in " +
-              what + " at " + file + ":" + std::to_string(line));
+[[noreturn]] inline void cuda_fail(cudaError_t e, const std::string& what, const char* file, int line) {
+  throw RuntimeError(std::string("pathattn: CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
+                     ") in " + what + " at " + file + ":" + std::to_string(line));
 }
 
 }  // namespace pathattn::cuda
@@ -23,5 +24,9 @@ namespace pathattn::cuda {
     if (e_ != cudaSuccess) ::pathattn::cuda::cuda_fail(e_, #call, __FILE__, __LINE__); \
   } while (0)
 
-// After a <<<...>>> launch: launch-configuration errors surface here, not at the next call.
-#define CUDA_CHECK_LAUNCH(name) CUDA_CHECK(cudaGetLastError())
+// After a <<<...>>> launch: launch-configuration errors surface here, named by the kernel, not at the next call.
+#define CUDA_CHECK_LAUNCH(name)                                                                            \
+  do {                                                                                                     \
+    cudaError_t e_ = cudaGetLastError();                                                                   \
+    if (e_ != cudaSuccess) ::pathattn::cuda::cuda_fail(e_, std::string("the launch of ") + (name), __FILE__, __LINE__); \
+  } while (0)

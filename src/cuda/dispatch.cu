@@ -41,7 +41,7 @@ struct StageTimer {
 };
 
 template <typename T, int D>
-void run_typed(const Params& p, bool gate, bool kcache, cudaStream_t stream) {
+void run_typed(const FwdParams& p, bool gate, bool kcache, cudaStream_t stream) {
   StageTimer timer(stream);
   if (gate) launch_gate(p, stream);
   timer.mark("gate");
@@ -61,20 +61,80 @@ void run_typed(const Params& p, bool gate, bool kcache, cudaStream_t stream) {
 }
 
 template <typename T>
-void run_dim(const Params& p, int D, bool gate, bool kcache, cudaStream_t stream) {
+void run_dim(const FwdParams& p, int D, bool gate, bool kcache, cudaStream_t stream) {
   if (D == 64)
     run_typed<T, 64>(p, gate, kcache, stream);
   else
     run_typed<T, 128>(p, gate, kcache, stream);
 }
 
+template <typename T, int D, bool kGate, bool kDet>
+void run_backward_typed(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream) {
+  StageTimer timer(stream);
+  // The forward's per-chunk quantities, recomputed (they are not kept between forward and backward): the gate's
+  // cumulation and the UT factors (Eq. 10-14, 32) in the tensor-core dtype.
+  if (kGate) launch_gate(p, stream);
+  launch_prep_tc<T, D>(p, stream);
+  timer.mark("prep");
+  launch_bwd<T, D, kGate, kDet>(p, grid, stream);
+  timer.mark("bwd");
+}
+
+// f.template call<T, D, kGate, kDet>() for the runtime values: one ladder for every backward entry point.
+template <typename T, int D, bool kGate, typename F>
+auto by_det(bool det, const F& f) {
+  return det ? f.template call<T, D, kGate, true>() : f.template call<T, D, kGate, false>();
+}
+template <typename T, int D, typename F>
+auto by_gate(bool gate, bool det, const F& f) {
+  return gate ? by_det<T, D, true>(det, f) : by_det<T, D, false>(det, f);
+}
+template <typename T, typename F>
+auto by_dim(int D, bool gate, bool det, const F& f) {
+  return D == 64 ? by_gate<T, 64>(gate, det, f) : by_gate<T, 128>(gate, det, f);
+}
+template <typename F>
+auto with_bwd_types(DType dtype, int D, bool gate, bool det, const F& f) {
+  return dtype == DType::bf16 ? by_dim<__nv_bfloat16>(D, gate, det, f) : by_dim<__half>(D, gate, det, f);
+}
+
+struct GridFn {
+  int group;
+  template <typename T, int D, bool kGate, bool kDet>
+  BwdGrid call() const {
+    return bwd_grid<T, D, kGate, kDet>(group);
+  }
+};
+struct RunBwdFn {
+  const BwdParams& p;
+  const BwdGrid& grid;
+  cudaStream_t stream;
+  template <typename T, int D, bool kGate, bool kDet>
+  int call() const {
+    run_backward_typed<T, D, kGate, kDet>(p, grid, stream);
+    return 0;
+  }
+};
+
 }  // namespace
 
-void run_forward(const Params& p, DType dtype, int D, bool gate, bool kcache, cudaStream_t stream) {
+void run_forward(const FwdParams& p, DType dtype, int D, bool gate, bool kcache, cudaStream_t stream) {
   if (dtype == DType::bf16)
     run_dim<__nv_bfloat16>(p, D, gate, kcache, stream);
   else
     run_dim<__half>(p, D, gate, kcache, stream);
+}
+
+}  // namespace pathattn::cuda
+
+namespace pathattn::cuda {
+
+BwdGrid backward_grid(DType dtype, int D, bool gate, bool det, int group) {
+  return with_bwd_types(dtype, D, gate, det, GridFn{group});
+}
+
+void run_backward(const BwdParams& p, const BwdGrid& grid, DType dtype, int D, bool gate, cudaStream_t stream) {
+  with_bwd_types(dtype, D, gate, p.deterministic, RunBwdFn{p, grid, stream});
 }
 
 }  // namespace pathattn::cuda

@@ -1,5 +1,7 @@
 // The plain structs the CUDA kernels see: pointers, strides (in elements) and sizes, nothing else.
-// Built once on the host by api.cu; dispatch.cu turns dtype / D / gate into template arguments.
+// Built once per call on the host by api.cu over a Plan (plan.h) and a Workspace (workspace.h); dispatch.cu turns
+// dtype / D / gate into template arguments. The forward's FwdParams is a prefix of the backward's BwdParams, so the
+// stages they share (gate cumulation, the UT preprocess) take a FwdParams and run unchanged inside the backward.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +9,7 @@
 namespace pathattn::cuda {
 
 constexpr int kChunk = 64;  // C: tokens per chunk, rows of one UT factor (docs/math.md Eq. 10)
+constexpr int kLocalTiles = 10;  // f32 [C, D] scratch tiles per chunk-local backward CTA (kernels/bwd_local.cuh)
 
 // One chunk of one sequence. Chunks restart at each sequence start (varlen), so only a sequence's
 // last chunk can be shorter than kChunk.
@@ -15,6 +18,7 @@ struct ChunkInfo {
   int t0;      // first row of the chunk in the T dimension
   int len;     // 1..kChunk
   int first;   // global index of the first chunk of this chunk's sequence
+  int last;    // global index of the last chunk of this chunk's sequence
 };
 
 // One sequence: its chunks are [first, first + count) in the global chunk numbering.
@@ -23,17 +27,16 @@ struct SeqInfo {
   int count;
 };
 
-// Strides of a [B, T, X, Y] tensor (elements). Last dimension contiguous (checked by supports()).
-struct Strides4 {
-  int64_t b, t, h;
-};
-struct Strides3 {
+// Strides of a [B, T, X, ...] tensor (elements): batch, time, head. The last dimension is contiguous (checked by
+// supports()); for [B, T, X] tensors (beta, g, lse) `h` is the stride of X.
+struct Strides {
   int64_t b, t, h;
 };
 
-// Per-(chunk, kv head) products of the preprocess kernel (Eq. 10-14), in the tensor-core dtype, rows padded
-// to kChunk with zeros past the chunk's length. Index: ((chunk * H + h) * kChunk + row) * D + col.
-struct Workspace {
+// Per-(chunk, kv head) products of the UT preprocess (Eq. 10-14, 32), in the tensor-core dtype, rows padded to
+// kChunk with zeros past the chunk's length. Index: ((chunk * H + h) * kChunk + row) * D + col. The forward and
+// the backward both build them (the backward recomputes them instead of keeping the forward's).
+struct ChunkFactors {
   void* khat;     // [NC, H, C, D]  K^ (Eq. 14), keys carried to the chunk end
   void* u;        // [NC, H, C, D]  U = T b W (Eq. 10)
   void* w;        // [NC, H, C, D]  W in the tensor-core dtype
@@ -47,7 +50,7 @@ struct Workspace {
   double* gtot;   // [NC, HQ]       each chunk's gate total
 };
 
-struct Params {
+struct FwdParams {
   // Inputs (device pointers).
   const void* q;       // [B, T, HQ, D]   bf16 / f16
   const void* k;       // [B, T, H, D]
@@ -55,10 +58,10 @@ struct Params {
   const void* w;       // [B, T, H, D]    f32 or bf16 (w_is_bf16)
   const float* beta;   // [B, T, H]
   const float* g;      // [B, T, HQ] or null
-  Strides4 sq, sk, sv, sw, so, skc;
-  Strides3 sbeta, sg, slse;
+  Strides sq, sk, sv, sw, so, skc;
+  Strides sbeta, sg, slse;
   bool w_is_bf16;
-  // Outputs.
+  // Outputs (the forward's; the backward reads o and lse through these).
   void* o;             // [B, T, HQ, D]
   float* lse;          // [B, T, HQ]
   void* kcache;        // [B, T, H, D] or null
@@ -69,8 +72,49 @@ struct Params {
   float scale_log2;    // scale * log2(e): logits in base 2 (exp2 in the softmax)
   const ChunkInfo* chunks;  // [NC]
   const SeqInfo* seqs;      // [num_seqs]
-  const int* order;         // [NC] query chunks in schedule order (api.cu: longest sequence first, last chunk first)
-  Workspace ws;
+  const int* order;         // [NC] query chunks in the forward's schedule order (plan.cu)
+  ChunkFactors ws;
+};
+
+// The backward (docs/math.md Eq. 19-23 on the GPU, docs/cuda.md "Backward"): the forward's view of the inputs
+// plus the output gradient, the gradients, and the backward's own buffers.
+struct BwdParams : FwdParams {
+  const void* dout;     // [B, T, HQ, D]  like q
+  const float* dlse;    // [B, T, HQ] or null
+  Strides sdo, sdlse;
+  // Gradients (outputs).
+  void* dq;             // [B, T, HQ, D]  like q
+  void* dk;             // [B, T, H, D]   like k
+  void* dv;             // [B, T, H, D]   like v
+  void* dw;             // [B, T, H, D]   like w (f32 or bf16: w_is_bf16)
+  float* dbeta;         // [B, T, H]
+  float* dg;            // [B, T, HQ] or null
+  Strides sdq, sdk, sdv, sdw, sdbeta, sdg;
+  float scale;          // the softmax scale (ds = scale dl, Eq. 6)
+  // Per query chunk and query head (bwd_prep): the query carried to its chunk start, and the softmax statistics
+  // the main kernel needs in base 2; padded rows hold Q^ = 0, lse2 = +inf (probability 0), delta = 0.
+  void* qhat;           // [NC, HQ, C, D]  Q^ (Eq. 13), tensor-core dtype
+  float* lse2;          // [NC, HQ, C]     lse * log2(e)
+  float* delta;         // [NC, HQ, C]     dO . o - dlse (Eq. 6)
+  // Accumulators, f32, written by the main kernel and finished by the chunk-local kernel.
+  float* dqacc;         // [NC, HQ, C, D]  dQ^ from every earlier key chunk (Eq. 21), then dq in place
+  float* dkacc;         // [NC, H, C, D]   dK^ (Eq. 23), then dk in place
+  float* dvacc;         // [NC, H, C, D]   dV (Eq. 5)
+  float* dpacc;         // [NC, H, D, D]   d loss / d P_j of the chunk's product P_j = I - W^T U (Eq. 22, D x D form)
+  float* dgacc;         // [NC, HQ, C]     dG_t (Eq. 7, gate only): minus the column sums of dl, then + dlse
+  // Ordering of the cross-block sums (deterministic mode): how many key chunks have added to a chunk's dQ^ / dP.
+  int* count_q;         // [NC, HQ]
+  int* count_p;         // [NC, H]
+  int* next_task;       // [1]  the main kernel's task counter (tasks are taken in list order)
+  const int* tasks;     // [num_tasks] (chunk * H + h), key chunks in an order where every task's predecessor
+                        // in the summation order comes earlier (plan.cu)
+  int num_tasks;
+  // Per resident main-kernel CTA: the key chunk carried to every later chunk start, K~_{c,m} (Eq. 18).
+  void* slots;          // [num_slots, max_chunks_per_seq, C, D]
+  int slot_chunks;      // max chunks of a sequence (the slot's capacity in chunks)
+  // Per resident chunk-local CTA: f32 scratch tiles (kernels/bwd_local.cuh).
+  float* local_scratch; // [num_local_slots, kLocalTiles, C, D]
+  bool deterministic;
 };
 
 }  // namespace pathattn::cuda

@@ -2,12 +2,15 @@
 # run on the H200 machine through tools/gpu_check.sh.
 target_sources(pathattn_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/api.cu
+  ${CMAKE_CURRENT_LIST_DIR}/plan.cu
+  ${CMAKE_CURRENT_LIST_DIR}/workspace.cu
   ${CMAKE_CURRENT_LIST_DIR}/dispatch.cu
   ${CMAKE_CURRENT_LIST_DIR}/tensor_maps.cu
   ${CMAKE_CURRENT_LIST_DIR}/launch/gate.cu
   ${CMAKE_CURRENT_LIST_DIR}/launch/prep.cu
   ${CMAKE_CURRENT_LIST_DIR}/launch/fwd.cu
   ${CMAKE_CURRENT_LIST_DIR}/launch/kcache.cu
+  ${CMAKE_CURRENT_LIST_DIR}/launch/bwd.cu
 )
 target_compile_definitions(pathattn_core PUBLIC PATHATTN_WITH_CUDA)
 target_link_libraries(pathattn_core PUBLIC CUDA::cudart)

@@ -20,7 +20,7 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
     cudaDriverEntryPointQueryResult q{};
     CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
     if (q != cudaDriverEntryPointSuccess || p == nullptr)
-      throw Error("CUDA driver: cuTensorMapEncodeTiled is not available (driver older than CUDA 12?)");
+      throw RuntimeError("CUDA driver: cuTensorMapEncodeTiled is not available (driver older than CUDA 12?)");
     fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
   });
   return fn;
@@ -43,19 +43,21 @@ CUtensorMap encode(const void* base, int rank, const cuuint64_t* dims, const cuu
 }  // namespace
 
 // The data type only sets the element size for the copy engine: bf16 and f16 tiles move alike.
-CUtensorMap tensor_map_rows64(const void* base, int64_t rows, int64_t row_stride, const char* what) {
-  const cuuint64_t dims[2] = {64, static_cast<cuuint64_t>(rows)};
+CUtensorMap tensor_map_2d(const void* base, int64_t rows, int64_t cols, int64_t row_stride, int box_rows, int box_cols,
+                          const char* what) {
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_stride) * 2};
-  const cuuint32_t box[2] = {64, 64};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
   return encode(base, 2, dims, strides, box, what);
 }
 
-CUtensorMap tensor_map_bthd64(const void* base, int64_t B, int64_t T, int64_t H, int64_t sb, int64_t st, int64_t sh,
-                              const char* what) {
-  const cuuint64_t dims[4] = {64, static_cast<cuuint64_t>(T), static_cast<cuuint64_t>(H), static_cast<cuuint64_t>(B)};
+CUtensorMap tensor_map_bthd(const void* base, int64_t B, int64_t T, int64_t H, int64_t D, int64_t sb, int64_t st,
+                            int64_t sh, int box_t, int box_d, const char* what) {
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(D), static_cast<cuuint64_t>(T), static_cast<cuuint64_t>(H),
+                              static_cast<cuuint64_t>(B)};
   const cuuint64_t strides[3] = {static_cast<cuuint64_t>(st) * 2, static_cast<cuuint64_t>(sh) * 2,
                                  static_cast<cuuint64_t>(sb) * 2};
-  const cuuint32_t box[4] = {64, 64, 1, 1};
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(box_d), static_cast<cuuint32_t>(box_t), 1, 1};
   return encode(base, 4, dims, strides, box, what);
 }
 

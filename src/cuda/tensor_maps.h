@@ -9,13 +9,15 @@
 
 namespace pathattn::cuda {
 
-// A row-major [rows, 64] 16-bit matrix with row stride `row_stride` elements, read as 64 x 64 tiles,
-// written to shared memory in the 128-byte swizzle. Throws pathattn::Error if the driver refuses the map.
-CUtensorMap tensor_map_rows64(const void* base, int64_t rows, int64_t row_stride, const char* what);
+// A row-major [rows, cols] 16-bit matrix with row stride `row_stride` elements, read as box_rows x box_cols tiles,
+// written to shared memory in the 128-byte swizzle (box_cols * 2 bytes must be at most 128). Throws
+// pathattn::Error if the driver refuses the map.
+CUtensorMap tensor_map_2d(const void* base, int64_t rows, int64_t cols, int64_t row_stride, int box_rows, int box_cols,
+                          const char* what);
 
-// A [B, T, H, 64] 16-bit tensor with element strides (b, t, h), read as 64 (t) x 64 (d) tiles at (b, t0, h);
+// A [B, T, H, D] 16-bit tensor with element strides (b, t, h), read as box_t (t) x box_d (d) tiles at (b, t0, h);
 // rows past T read as zeros.
-CUtensorMap tensor_map_bthd64(const void* base, int64_t B, int64_t T, int64_t H, int64_t sb, int64_t st, int64_t sh,
-                              const char* what);
+CUtensorMap tensor_map_bthd(const void* base, int64_t B, int64_t T, int64_t H, int64_t D, int64_t sb, int64_t st,
+                            int64_t sh, int box_t, int box_d, const char* what);
 
 }  // namespace pathattn::cuda

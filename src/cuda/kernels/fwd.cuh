@@ -17,27 +17,25 @@
 
 namespace pathattn::cuda {
 
-// Shared-memory tiles are unpadded rows of 16-byte chunks, the chunk index XOR-swizzled with the row (swz below),
-// so that the 8 rows one ldmatrix phase reads land on 8 distinct bank groups. The first version padded rows by
-// 16 bytes instead: 84 KB per CTA at D = 64, two CTAs per SM; unpadded it is 74 KB and three fit (228 KB/SM).
-// D = 128 keeps the padded layout: one CTA per SM either way (137 KB), and the swizzle's index arithmetic cost
-// that register-bound variant spills (measured 26.3 -> 28.3 ms at 32 x 4096, docs/perf/notes.md).
+// Shared-memory tiles are rows padded by 16 bytes (8 elements), so that the 8 rows one ldmatrix phase reads land on
+// 8 distinct bank groups. Only D = 128 runs this kernel (D = 64 has the wgmma kernel, fwd_wgmma.cuh): one CTA
+// per SM (137 KB); the XOR swizzle the D = 64 version used cost this register-bound variant spills (measured
+// 26.3 -> 28.3 ms at 32 x 4096, docs/perf/notes.md).
 template <int D>
 struct FwdSmem {
+  static_assert(D == 128, "the mma.sync forward serves D = 128; D = 64 runs fwd_wgmma_kernel");
   static constexpr int C = kChunk;
-  static constexpr bool kSwizzle = D == 64;
-  static constexpr int LD = kSwizzle ? D : D + 8;
-  static constexpr int LDM = kSwizzle ? C : C + 8;
+  static constexpr bool kSwizzle = false;
+  static constexpr int LD = D + 8;
+  static constexpr int LDM = C + 8;
   static constexpr int kMat = C * LD;  // elements of one C x D tile
-  static constexpr int kStage = 4 * kMat;  // K (or K^), V, then W, U (diagonal) or E (D x D: 64 or 128 rows)
+  static constexpr int kStage = 4 * kMat;  // K (or K^), V, then W, U (diagonal) or E (D x D: 128 rows)
   static constexpr int kHalves = 2 * kStage + C * LDM;
   static constexpr int kBytes = kHalves * 2 + 3 * C * 4;  // + gate: query chunk, two key stages
 };
 
-
-
 template <typename T, int D, bool kGate>
-__global__ void __launch_bounds__(128, D == 64 ? 3 : 1) fwd_kernel(Params p) {
+__global__ void __launch_bounds__(128, 1) fwd_kernel(FwdParams p) {
   using namespace fwd_detail;
   using S = FwdSmem<D>;
   constexpr int C = kChunk, LD = S::LD, LDM = S::LDM;
@@ -53,7 +51,7 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1) fwd_kernel(Params p) {
   T* sM = sm + 2 * S::kStage;                                     // [C][LDM]
   float* sGq = reinterpret_cast<float*>(sm + S::kHalves);         // [C]   gate of the query chunk
   float* sGk = sGq + C;                                           // [2][C] gate of the key chunk per stage
-  // 0 K, 1 V, 2 W, 3 U; E (D rows) starts at 2 and runs into 3 when D = 128.
+  // 0 K, 1 V, 2 W, 3 U; E (D = 128 rows) starts at 2 and runs into 3.
   auto stage = [&](int s, int which) { return sm + s * S::kStage + which * S::kMat; };
 
   const CtaWork work = cta_work(p);

@@ -174,7 +174,7 @@ __device__ __forceinline__ void load_query_rows(float (&qf)[NT][4], const T* qb,
 struct CtaWork {
   int h, hq, gc;
 };
-__device__ __forceinline__ CtaWork cta_work(const Params& p) {
+__device__ __forceinline__ CtaWork cta_work(const FwdParams& p) {
   const int h = blockIdx.x / (p.num_chunks * p.group);
   const int rest = blockIdx.x % (p.num_chunks * p.group);
   return {h, h * p.group + rest % p.group, p.order[rest / p.group]};
@@ -187,7 +187,7 @@ template <bool kGate>
 struct QueryGate {
   double goff = 0.0;
   float g[2] = {0.f, 0.f};
-  __device__ __forceinline__ QueryGate(const Params& p, int gc, int hq, const float* sG, int r0) {
+  __device__ __forceinline__ QueryGate(const FwdParams& p, int gc, int hq, const float* sG, int r0) {
     if constexpr (kGate) {
       goff = p.ws.goff[(int64_t)gc * p.HQ + hq];
       g[0] = sG[r0];

@@ -36,7 +36,7 @@ struct FwdWgSmem {
 // tm_k, tm_e: the workspace's K^ and E as [rows, 64] (tensor_maps.h); tm_v: the input v as [B, T, H, 64].
 template <typename T, bool kGate>
 __global__ void __launch_bounds__(128, 3)
-    fwd_wgmma_kernel(const Params p, const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_e,
+    fwd_wgmma_kernel(const FwdParams p, const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_e,
                      const __grid_constant__ CUtensorMap tm_v) {
   using namespace fwd_detail;
   constexpr int D = 64, C = kChunk;

@@ -9,7 +9,7 @@
 namespace pathattn::cuda {
 
 // grid (NC, HQ), block kChunk: inclusive scan of g inside each chunk, and the chunk's total.
-__global__ void __launch_bounds__(kChunk) gate_chunk_kernel(Params p) {
+__global__ void __launch_bounds__(kChunk) gate_chunk_kernel(FwdParams p) {
   const int gc = blockIdx.x, hq = blockIdx.y, t = threadIdx.x, lane = t % 32, warp = t / 32;
   const ChunkInfo ci = p.chunks[gc];
   float x = t < ci.len ? p.g[ci.b * p.sg.b + (int64_t)(ci.t0 + t) * p.sg.t + hq * p.sg.h] : 0.f;
@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(kChunk) gate_chunk_kernel(Params p) {
 }
 
 // One thread per (sequence, query head): exclusive prefix sum of the chunk totals in f64.
-__global__ void gate_offset_kernel(Params p) {
+__global__ void gate_offset_kernel(FwdParams p) {
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= p.num_seqs * p.HQ) return;
   const int s = idx / p.HQ, hq = idx % p.HQ;

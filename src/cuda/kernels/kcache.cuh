@@ -18,7 +18,7 @@ constexpr int kcache_smem_bytes() {
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(256) kcache_kernel(Params p) {
+__global__ void __launch_bounds__(256) kcache_kernel(FwdParams p) {
   constexpr int C = kChunk, LD = D + 1, LY = C + 1;
   extern __shared__ float smem[];
   float* sS = smem;               // [D][LD]   S_c

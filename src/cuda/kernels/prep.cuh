@@ -39,7 +39,7 @@ __device__ __forceinline__ void tile_nt(const float* X, int ldx, const float* Y,
 }  // namespace prep_detail
 
 template <typename T, int D>
-__global__ void __launch_bounds__(256) prep_kernel(Params p) {
+__global__ void __launch_bounds__(256) prep_kernel(FwdParams p) {
   using namespace prep_detail;
   constexpr int LD = D + 1;
   extern __shared__ float smem[];

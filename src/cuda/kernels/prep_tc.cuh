@@ -241,7 +241,7 @@ struct PrepTcSmem {
 };
 
 template <typename T, int D>
-__global__ void __launch_bounds__(128, D == 64 ? 4 : 3) prep_tc_kernel(Params p) {
+__global__ void __launch_bounds__(128, D == 64 ? 4 : 3) prep_tc_kernel(FwdParams p) {
   using namespace prep_tc_detail;
   using SM = PrepTcSmem<T, D>;
   constexpr int LW = SM::LW, LK = SM::LK;

@@ -14,13 +14,13 @@
 namespace pathattn::cuda {
 
 template <typename T, int D, bool kGate>
-void launch_fwd(const Params& p, cudaStream_t stream) {
+void launch_fwd(const FwdParams& p, cudaStream_t stream) {
   const int64_t blocks = static_cast<int64_t>(p.num_chunks) * p.HQ;
   if constexpr (D == 64) {
     const int64_t rows = static_cast<int64_t>(p.num_chunks) * p.H * kChunk;  // D = 64: E has C rows too
-    const CUtensorMap tm_k = tensor_map_rows64(p.ws.khat, rows, 64, "the K^ workspace");
-    const CUtensorMap tm_e = tensor_map_rows64(p.ws.step, rows, 64, "the E workspace");
-    const CUtensorMap tm_v = tensor_map_bthd64(p.v, p.B, p.T, p.H, p.sv.b, p.sv.t, p.sv.h, "v");
+    const CUtensorMap tm_k = tensor_map_2d(p.ws.khat, rows, 64, 64, 64, 64, "the K^ workspace");
+    const CUtensorMap tm_e = tensor_map_2d(p.ws.step, rows, 64, 64, 64, 64, "the E workspace");
+    const CUtensorMap tm_v = tensor_map_bthd(p.v, p.B, p.T, p.H, 64, p.sv.b, p.sv.t, p.sv.h, 64, 64, "v");
     constexpr int wg_bytes = FwdWgSmem::kBytes;
     CUDA_CHECK(cudaFuncSetAttribute(fwd_wgmma_kernel<T, kGate>, cudaFuncAttributeMaxDynamicSharedMemorySize, wg_bytes));
     fwd_wgmma_kernel<T, kGate><<<static_cast<unsigned>(blocks), 128, wg_bytes, stream>>>(p, tm_k, tm_e, tm_v);
@@ -34,11 +34,12 @@ void launch_fwd(const Params& p, cudaStream_t stream) {
 }
 
 #define PATHATTN_FWD(T, D)                                                \
-  template void launch_fwd<T, D, false>(const Params&, cudaStream_t); \
-  template void launch_fwd<T, D, true>(const Params&, cudaStream_t);
+  template void launch_fwd<T, D, false>(const FwdParams&, cudaStream_t); \
+  template void launch_fwd<T, D, true>(const FwdParams&, cudaStream_t);
 PATHATTN_FWD(__nv_bfloat16, 64)
 PATHATTN_FWD(__nv_bfloat16, 128)
 PATHATTN_FWD(__half, 64)
 PATHATTN_FWD(__half, 128)
+#undef PATHATTN_FWD
 
 }  // namespace pathattn::cuda

@@ -5,7 +5,7 @@
 
 namespace pathattn::cuda {
 
-void launch_gate(const Params& p, cudaStream_t stream) {
+void launch_gate(const FwdParams& p, cudaStream_t stream) {
   gate_chunk_kernel<<<dim3(p.num_chunks, p.HQ), kChunk, 0, stream>>>(p);
   CUDA_CHECK_LAUNCH("gate_chunk_kernel");
   const int n = p.num_seqs * p.HQ;

@@ -8,14 +8,25 @@
 
 namespace pathattn::cuda {
 
-void launch_gate(const Params& p, cudaStream_t stream);
+void launch_gate(const FwdParams& p, cudaStream_t stream);
 template <typename T, int D>
-void launch_prep(const Params& p, cudaStream_t stream);
+void launch_prep(const FwdParams& p, cudaStream_t stream);
 template <typename T, int D>
-void launch_prep_tc(const Params& p, cudaStream_t stream);
+void launch_prep_tc(const FwdParams& p, cudaStream_t stream);
 template <typename T, int D, bool kGate>
-void launch_fwd(const Params& p, cudaStream_t stream);
+void launch_fwd(const FwdParams& p, cudaStream_t stream);
 template <typename T, int D>
-void launch_kcache(const Params& p, cudaStream_t stream);
+void launch_kcache(const FwdParams& p, cudaStream_t stream);
+
+// The backward's persistent grids: CTAs resident at once (each owns a scratch slot).
+struct BwdGrid {
+  int main_ctas = 0, local_ctas = 0;
+};
+template <typename T, int D, bool kGate, bool kDet>
+BwdGrid bwd_grid(int group);
+// bwd_prep, bwd_main, bwd_local, and the gate's reverse cumulative sum; the UT preprocess and the gate
+// cumulation run before (dispatch.cu).
+template <typename T, int D, bool kGate, bool kDet>
+void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream);
 
 }  // namespace pathattn::cuda

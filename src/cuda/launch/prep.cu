@@ -8,7 +8,7 @@
 namespace pathattn::cuda {
 
 template <typename T, int D>
-void launch_prep(const Params& p, cudaStream_t stream) {
+void launch_prep(const FwdParams& p, cudaStream_t stream) {
   constexpr int bytes = prep_smem_bytes<D>();
   CUDA_CHECK(cudaFuncSetAttribute(prep_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   prep_kernel<T, D><<<dim3(p.num_chunks, p.H), 256, bytes, stream>>>(p);
@@ -16,7 +16,7 @@ void launch_prep(const Params& p, cudaStream_t stream) {
 }
 
 template <typename T, int D>
-void launch_prep_tc(const Params& p, cudaStream_t stream) {
+void launch_prep_tc(const FwdParams& p, cudaStream_t stream) {
   constexpr int bytes = PrepTcSmem<T, D>::kBytes;
   CUDA_CHECK(cudaFuncSetAttribute(prep_tc_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   // All of L1 as shared memory: 4 CTAs of 54 KB per SM at D = 64 need 226 KB of the 228.
@@ -26,13 +26,13 @@ void launch_prep_tc(const Params& p, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH("prep_tc_kernel");
 }
 
-template void launch_prep_tc<__nv_bfloat16, 64>(const Params&, cudaStream_t);
-template void launch_prep_tc<__nv_bfloat16, 128>(const Params&, cudaStream_t);
-template void launch_prep_tc<__half, 64>(const Params&, cudaStream_t);
-template void launch_prep_tc<__half, 128>(const Params&, cudaStream_t);
-template void launch_prep<__nv_bfloat16, 64>(const Params&, cudaStream_t);
-template void launch_prep<__nv_bfloat16, 128>(const Params&, cudaStream_t);
-template void launch_prep<__half, 64>(const Params&, cudaStream_t);
-template void launch_prep<__half, 128>(const Params&, cudaStream_t);
+template void launch_prep_tc<__nv_bfloat16, 64>(const FwdParams&, cudaStream_t);
+template void launch_prep_tc<__nv_bfloat16, 128>(const FwdParams&, cudaStream_t);
+template void launch_prep_tc<__half, 64>(const FwdParams&, cudaStream_t);
+template void launch_prep_tc<__half, 128>(const FwdParams&, cudaStream_t);
+template void launch_prep<__nv_bfloat16, 64>(const FwdParams&, cudaStream_t);
+template void launch_prep<__nv_bfloat16, 128>(const FwdParams&, cudaStream_t);
+template void launch_prep<__half, 64>(const FwdParams&, cudaStream_t);
+template void launch_prep<__half, 128>(const FwdParams&, cudaStream_t);
 
 }  // namespace pathattn::cuda

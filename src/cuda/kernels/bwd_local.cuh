@@ -1,0 +1,321 @@
+// The chunk-local backward (docs/math.md Eq. 24-30, 34), per (chunk, kv head), after the main kernel: the
+// diagonal block's attention (Eq. 12 and its softmax backward), the backward of the query- and key-side chunk
+// quantities (Q^, S, K^, U, M and the UT solve T), the chunk product's gradient dP_j from the main kernel turned
+// into dW, dU (Eq. 34), and the final writes of dq, dk, dv, dw, dbeta (and dG's diagonal part).
+//
+// Everything is f32 (SPEC 6: beta, w, the solve and the factors stay f32), on CUDA cores: 256 threads, C x C
+// matrices in shared memory, C x D ones in the CTA's f32 scratch slot (global memory, L1/L2-resident) or in the
+// workspace's accumulators, which this kernel finishes in place (dqacc -> dq, dkacc -> dk, dvacc -> dv).
+// Persistent CTAs stride over the (chunk, kv head) tasks; each CTA owns one scratch slot, so the scratch is
+// linear in the number of resident CTAs, not in T.
+//
+// It is O(T C D) work against the main kernel's O(T^2 D), but on CUDA cores (f32 FMA) rather than tensor cores:
+// docs/perf/notes.md has its measured share.
+#pragma once
+
+#include <type_traits>
+
+#include "cuda/kernels/common.cuh"
+#include "cuda/params.h"
+
+namespace pathattn::cuda {
+
+namespace local_detail {
+constexpr int C = kChunk;
+constexpr int LC = C + 1;  // C x C f32 tiles in shared memory: odd row length, conflict-free column walks
+constexpr int kThreads = 256;
+// f32 scratch tiles [C][D] per CTA: staged inputs and chunk-local intermediates.
+enum Tile { kW, kK, kV, kBW, kU, kQ, kDO, kDU, kDBW, kDW, kTiles };
+static_assert(kTiles == kLocalTiles, "params.h sizes the scratch slots");
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+
+// Cm[64 x N] (+)= alpha * A B with A(i, k) = A[i * ai + k * ak] and B(k, j) = B[k * bk + j * bj], k < K. Generic
+// pointers (shared or global). Thread (ty, tx) of a 16 x 16 grid computes rows ty + 16a, columns tx + 16b. Ends with
+// a barrier: the next product may read Cm.
+template <int N>
+__device__ __forceinline__ void mm(float* Cm, int ldc, const float* A, int ai, int ak, const float* Bm, int bk, int bj,
+                                   int K, float alpha, bool accumulate) {
+  constexpr int NB = N / 16;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  float r[4][NB];
+#pragma unroll
+  for (int a = 0; a < 4; ++a)
+#pragma unroll
+    for (int b = 0; b < NB; ++b) r[a][b] = 0.f;
+#pragma unroll 4
+  for (int k = 0; k < K; ++k) {
+    float x[4], y[NB];
+#pragma unroll
+    for (int a = 0; a < 4; ++a) x[a] = A[(ty + 16 * a) * ai + k * ak];
+#pragma unroll
+    for (int b = 0; b < NB; ++b) y[b] = Bm[k * bk + (tx + 16 * b) * bj];
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+      for (int b = 0; b < NB; ++b) r[a][b] = fmaf(x[a], y[b], r[a][b]);
+  }
+#pragma unroll
+  for (int a = 0; a < 4; ++a)
+#pragma unroll
+    for (int b = 0; b < NB; ++b) {
+      float* c = Cm + (ty + 16 * a) * ldc + tx + 16 * b;
+      *c = accumulate ? *c + alpha * r[a][b] : alpha * r[a][b];
+    }
+  __syncthreads();
+}
+
+// Rows [0, n) of a [C, D] view (row stride rs, elements of type X) into an f32 tile [C][D]; rows >= n are zero.
+template <int D, typename X>
+__device__ __forceinline__ void stage(float* dst, const X* src, int64_t rs, int n) {
+  for (int e = threadIdx.x; e < C * D; e += kThreads) {
+    const int r = e / D, d = e % D;
+    dst[e] = r < n ? to_f(src[r * rs + d]) : 0.f;
+  }
+}
+
+// Rows [0, n) of an f32 tile [C][D] into a [C, D] view of type X.
+template <int D, typename X>
+__device__ __forceinline__ void write_rows(X* dst, int64_t rs, const float* src, int n) {
+  for (int e = threadIdx.x; e < n * D; e += kThreads) {
+    const int r = e / D, d = e % D;
+    if constexpr (std::is_same_v<X, float>)
+      dst[r * rs + d] = src[e];
+    else
+      dst[r * rs + d] = TypeTraits<X>::from_float(src[e]);
+  }
+}
+
+// X[i][j] for a C x C tile: keep where keep(i, j), else 0.
+template <typename F>
+__device__ __forceinline__ void mask(float* X, F keep) {
+  for (int e = threadIdx.x; e < C * C; e += kThreads) {
+    const int i = e / C, j = e % C;
+    if (!keep(i, j)) X[i * LC + j] = 0.f;
+  }
+  __syncthreads();
+}
+
+}  // namespace local_detail
+
+template <int D>
+constexpr int bwd_local_smem_bytes() {
+  return (8 * local_detail::C * local_detail::LC + 5 * local_detail::C) * 4;
+}
+
+template <typename T, int D, bool kGate>
+__global__ void __launch_bounds__(256, 1) bwd_local_kernel(const BwdParams p) {
+  using namespace local_detail;
+  constexpr float kLog2e = 1.4426950408889634f;
+  extern __shared__ float smem[];
+  float* sT = smem;              // [C][LC]  T = (I + A)^{-1}                      (Eq. 10)
+  float* sKc = sT + C * LC;      // [C][LC]  Kcorr = T Y (the forward's M)          (Eq. 12, 14)
+  float* sY = sKc + C * LC;      // [C][LC]  Y = b strict_lower(W K^T)
+  float* sDKc = sY + C * LC;     // [C][LC]  d Kcorr
+  float* s0 = sDKc + C * LC;     // [C][LC]  A, then QWl = lower(Q W^T) per head, then dT
+  float* s1 = s0 + C * LC;       // [C][LC]  S, then P per head, then M = W K^T, W W^T
+  float* s2 = s1 + C * LC;       // [C][LC]  dl, then ds per head, then dY, T^T dT
+  float* s3 = s2 + C * LC;       // [C][LC]  d QWl per head, then dA
+  float* sBeta = s3 + C * LC;    // [C]
+  float* sDbeta = sBeta + C;     // [C]
+  float* sLse2 = sDbeta + C;     // [C]
+  float* sDelta = sLse2 + C;     // [C]
+  float* sG = sDelta + C;        // [C]  gate cumulated inside the chunk
+
+  float* scratch = p.local_scratch + (int64_t)blockIdx.x * kLocalTiles * C * D;
+  auto tile = [&](int t) { return scratch + t * C * D; };
+  float *W = tile(kW), *K = tile(kK), *V = tile(kV), *bW = tile(kBW), *U = tile(kU), *Q = tile(kQ), *dO = tile(kDO),
+        *dU = tile(kDU), *dbW = tile(kDBW), *dW = tile(kDW);
+  const int tid = threadIdx.x;
+
+  for (int task = blockIdx.x; task < p.num_chunks * p.H; task += gridDim.x) {
+    const int gc = task / p.H, h = task % p.H;
+    const ChunkInfo ci = p.chunks[gc];
+    const int n = ci.len;
+    const int64_t fac = (int64_t)gc * p.H + h;
+    __syncthreads();  // the previous task is done with every tile
+
+    // ---- Stage the chunk's rows (f32, zero past n) and recompute its factors (Eq. 10, 12).
+    const int64_t row_w = ci.b * p.sw.b + (int64_t)ci.t0 * p.sw.t + h * p.sw.h;
+    if (p.w_is_bf16)
+      stage<D>(W, static_cast<const __nv_bfloat16*>(p.w) + row_w, p.sw.t, n);
+    else
+      stage<D>(W, static_cast<const float*>(p.w) + row_w, p.sw.t, n);
+    stage<D>(K, static_cast<const T*>(p.k) + ci.b * p.sk.b + (int64_t)ci.t0 * p.sk.t + h * p.sk.h, p.sk.t, n);
+    stage<D>(V, static_cast<const T*>(p.v) + ci.b * p.sv.b + (int64_t)ci.t0 * p.sv.t + h * p.sv.h, p.sv.t, n);
+    if (tid < C) {
+      sBeta[tid] = tid < n ? p.beta[ci.b * p.sbeta.b + (int64_t)(ci.t0 + tid) * p.sbeta.t + h * p.sbeta.h] : 0.f;
+      sDbeta[tid] = 0.f;
+    }
+    __syncthreads();
+    for (int e = tid; e < C * D; e += kThreads) bW[e] = sBeta[e / D] * W[e];
+    mm<C>(s0, LC, W, D, 1, W, 1, D, D, 1.f, false);  // W W^T
+    for (int e = tid; e < C * C; e += kThreads) {     // A = b strict_lower(W W^T)
+      const int i = e / C, j = e % C;
+      s0[i * LC + j] = j < i ? sBeta[i] * s0[i * LC + j] : 0.f;
+    }
+    mm<C>(sY, LC, W, D, 1, K, 1, D, D, 1.f, false);  // W K^T
+    for (int e = tid; e < C * C; e += kThreads) {    // Y = b strict_lower(W K^T)
+      const int i = e / C, j = e % C;
+      sY[i * LC + j] = j < i ? sBeta[i] * sY[i * LC + j] : 0.f;
+    }
+    __syncthreads();
+    // T = (I + A)^{-1} by forward substitution, one column per thread (columns are independent).
+    if (tid < C) {
+      const int c = tid;
+      for (int i = 0; i < C; ++i) {
+        float s = 0.f;
+        for (int l = c; l < i; ++l) s = fmaf(s0[i * LC + l], sT[l * LC + c], s);
+        sT[i * LC + c] = i < c ? 0.f : (i == c ? 1.f : -s);
+      }
+    }
+    __syncthreads();
+    mm<C>(sKc, LC, sT, LC, 1, sY, LC, 1, C, 1.f, false);  // Kcorr = T Y
+    mm<D>(U, D, sT, LC, 1, bW, D, 1, C, 1.f, false);      // U = T b W
+
+    // ---- The chunk product P = I - W^T U (Eq. 11): dW = -U dP^T, dU = -W dP (Eq. 34).
+    const float* dP = p.dpacc + fac * D * D;
+    mm<D>(dW, D, U, D, 1, dP, 1, D, D, -1.f, false);
+    mm<D>(dU, D, W, D, 1, dP, D, 1, D, -1.f, false);
+    // ---- K^ = K - Kcorr^T W (Eq. 14): dk += dK^ (dkacc holds dK^ and becomes dk), dKcorr = -W dK^^T,
+    // dW -= Kcorr dK^ (Eq. 29).
+    float* dk = p.dkacc + fac * C * D;
+    mm<C>(sDKc, LC, W, D, 1, dk, 1, D, D, -1.f, false);
+    mm<D>(dW, D, sKc, LC, 1, dk, D, 1, C, -1.f, true);
+
+    // ---- Per query head: the diagonal block and the query side (Eq. 12, 13, 24-28).
+    for (int j = 0; j < p.group; ++j) {
+      const int hq = h * p.group + j;
+      const int64_t qrow = (int64_t)gc * p.HQ + hq;
+      stage<D>(Q, static_cast<const T*>(p.q) + ci.b * p.sq.b + (int64_t)ci.t0 * p.sq.t + hq * p.sq.h, p.sq.t, n);
+      stage<D>(dO, static_cast<const T*>(p.dout) + ci.b * p.sdo.b + (int64_t)ci.t0 * p.sdo.t + hq * p.sdo.h, p.sdo.t, n);
+      if (tid < C) {
+        sLse2[tid] = p.lse2[qrow * C + tid];
+        sDelta[tid] = p.delta[qrow * C + tid];
+        sG[tid] = kGate ? p.ws.gl[qrow * C + tid] : 0.f;
+      }
+      __syncthreads();
+      mm<C>(s0, LC, Q, D, 1, W, 1, D, D, 1.f, false);  // QWl = lower(Q W^T)
+      mask(s0, [](int i, int jj) { return jj <= i; });
+      mm<C>(s1, LC, Q, D, 1, K, 1, D, D, 1.f, false);  // S = lower(Q K^T) - QWl Kcorr (Eq. 12)
+      mask(s1, [](int i, int jj) { return jj <= i; });
+      mm<C>(s1, LC, s0, LC, 1, sKc, LC, 1, C, -1.f, true);
+      mm<C>(s2, LC, dO, D, 1, V, 1, D, D, 1.f, false);  // dO V^T
+      // P = exp(l - lse) and dl = P (dO V^T - delta) on the causal part (Eq. 19-20); in base 2.
+      for (int e = tid; e < C * C; e += kThreads) {
+        const int i = e / C, jj = e % C;
+        float pr = 0.f;
+        if (jj <= i && i < n) pr = exp2f(s1[i * LC + jj] * p.scale_log2 + (sG[i] - sG[jj]) * kLog2e - sLse2[i]);
+        s1[i * LC + jj] = pr;
+        s2[i * LC + jj] = pr * (s2[i * LC + jj] - sDelta[i]);
+      }
+      __syncthreads();
+      mm<D>(p.dvacc + fac * C * D, D, s1, 1, LC, dO, D, 1, C, 1.f, true);  // dV += P^T dO (Eq. 5)
+      if constexpr (kGate) {
+        // dG_t = dlse_t - sum_i dl_it (Eq. 7 with sum_j dl_tj = dlse_t); the main kernel stored the part over the
+        // later query chunks, this adds the diagonal block's and dlse.
+        if (tid < n) {
+          float cs = 0.f;
+          for (int i = 0; i < C; ++i) cs += s2[i * LC + tid];
+          const int64_t t = ci.t0 + tid;
+          const float dl = p.dlse ? p.dlse[ci.b * p.sdlse.b + t * p.sdlse.t + hq * p.sdlse.h] : 0.f;
+          p.dgacc[qrow * C + tid] += dl - cs;
+        }
+      }
+      for (int e = tid; e < C * C; e += kThreads) s2[(e / C) * LC + e % C] *= p.scale;  // ds = scale dl (Eq. 6)
+      __syncthreads();
+      float* dq = p.dqacc + qrow * C * D;  // holds dQ^ (Eq. 21), becomes dq
+      mm<C>(s3, LC, dq, D, 1, U, 1, D, D, -1.f, false);    // Q^ = Q - QWl U: dQWl = -dQ^ U^T (Eq. 26)
+      mm<D>(dU, D, s0, 1, LC, dq, D, 1, C, -1.f, true);    //   dU -= QWl^T dQ^, dq += dQ^ (in place)
+      mm<D>(dq, D, s2, LC, 1, K, D, 1, C, 1.f, true);      // S: dq += dS K (Eq. 27)
+      mm<D>(dk, D, s2, 1, LC, Q, D, 1, C, 1.f, true);      //    dk += dS^T Q
+      mm<C>(s3, LC, s2, LC, 1, sKc, 1, LC, C, -1.f, true); //    dQWl -= dS Kcorr^T
+      mm<C>(sDKc, LC, s0, 1, LC, s2, LC, 1, C, -1.f, true); //   dKcorr -= QWl^T dS
+      mask(s3, [](int i, int jj) { return jj <= i; });
+      mm<D>(dq, D, s3, LC, 1, W, D, 1, C, 1.f, true);      // QWl: dq += dQWl W (Eq. 28)
+      mm<D>(dW, D, s3, 1, LC, Q, D, 1, C, 1.f, true);      //      dW += dQWl^T Q
+      write_rows<D>(static_cast<T*>(p.dq) + ci.b * p.sdq.b + (int64_t)ci.t0 * p.sdq.t + hq * p.sdq.h, p.sdq.t, dq, n);
+    }
+
+    // ---- Key side: Kcorr = T Y, U = T b W, T = (I + A)^{-1} (Eq. 29, 30).
+    mm<C>(s1, LC, W, D, 1, K, 1, D, D, 1.f, false);         // M = W K^T
+    mm<C>(s0, LC, sDKc, LC, 1, sY, 1, LC, C, 1.f, false);   // dT = dKcorr Y^T
+    mm<C>(s2, LC, sT, 1, LC, sDKc, LC, 1, C, 1.f, false);   // dY = T^T dKcorr
+    if (tid < C) {  // Y = b strict_lower(M): dbeta_i += sum_j dY_ij M_ij, then dM = b dY
+      const int i = tid;
+      float acc = 0.f;
+      for (int jj = 0; jj < C; ++jj) {
+        const float y = jj < i ? s2[i * LC + jj] : 0.f;
+        acc = fmaf(y, s1[i * LC + jj], acc);
+        s2[i * LC + jj] = sBeta[i] * y;
+      }
+      sDbeta[i] += acc;
+    }
+    __syncthreads();
+    mm<D>(dW, D, s2, LC, 1, K, D, 1, C, 1.f, true);         // dW += dM K
+    mm<D>(dk, D, s2, 1, LC, W, D, 1, C, 1.f, true);         // dk += dM^T W
+    mm<C>(s0, LC, dU, D, 1, bW, 1, D, D, 1.f, true);        // dT += dU (b W)^T
+    mm<D>(dbW, D, sT, 1, LC, dU, D, 1, C, 1.f, false);      // d(bW) = T^T dU
+    if (tid < C) {
+      float acc = 0.f;
+      for (int d = 0; d < D; ++d) acc = fmaf(dbW[tid * D + d], W[tid * D + d], acc);
+      sDbeta[tid] += acc;
+    }
+    for (int e = tid; e < C * D; e += kThreads) dW[e] += sBeta[e / D] * dbW[e];
+    __syncthreads();
+    mm<C>(s2, LC, sT, 1, LC, s0, LC, 1, C, 1.f, false);     // T^T dT
+    mm<C>(s3, LC, s2, LC, 1, sT, 1, LC, C, -1.f, false);    // dA = -T^T dT T^T (Eq. 30)
+    mm<C>(s1, LC, W, D, 1, W, 1, D, D, 1.f, false);         // W W^T
+    if (tid < C) {  // A = b strict_lower(W W^T): dbeta_i += sum_j dA_ij (W W^T)_ij, then dN = b dA
+      const int i = tid;
+      float acc = 0.f;
+      for (int jj = 0; jj < C; ++jj) {
+        const float a = jj < i ? s3[i * LC + jj] : 0.f;
+        acc = fmaf(a, s1[i * LC + jj], acc);
+        s3[i * LC + jj] = sBeta[i] * a;
+      }
+      sDbeta[i] += acc;
+    }
+    __syncthreads();
+    mm<D>(dW, D, s3, LC, 1, W, D, 1, C, 1.f, true);         // dW += (dN + dN^T) W
+    mm<D>(dW, D, s3, 1, LC, W, D, 1, C, 1.f, true);
+
+    // ---- Final writes (rows of the chunk).
+    const int64_t t0 = (int64_t)ci.t0;
+    write_rows<D>(static_cast<T*>(p.dk) + ci.b * p.sdk.b + t0 * p.sdk.t + h * p.sdk.h, p.sdk.t, dk, n);
+    write_rows<D>(static_cast<T*>(p.dv) + ci.b * p.sdv.b + t0 * p.sdv.t + h * p.sdv.h, p.sdv.t, p.dvacc + fac * C * D, n);
+    const int64_t row_dw = ci.b * p.sdw.b + t0 * p.sdw.t + h * p.sdw.h;
+    if (p.w_is_bf16)
+      write_rows<D>(static_cast<__nv_bfloat16*>(p.dw) + row_dw, p.sdw.t, dW, n);
+    else
+      write_rows<D>(static_cast<float*>(p.dw) + row_dw, p.sdw.t, dW, n);
+    if (tid < n) p.dbeta[ci.b * p.sdbeta.b + (t0 + tid) * p.sdbeta.t + h * p.sdbeta.h] = sDbeta[tid];
+  }
+}
+
+// dg_t = sum_{i >= t} dG_i over the sequence (Eq. 7): one CTA of C threads per (sequence, query head) walks its
+// chunks from the last, each chunk a suffix sum in shared memory, the running total across chunks in f64.
+__global__ void __launch_bounds__(kChunk) bwd_gate_kernel(const BwdParams p) {
+  constexpr int C = kChunk;
+  __shared__ double sx[C];
+  const int seq = blockIdx.x, hq = blockIdx.y, t = threadIdx.x;
+  const SeqInfo si = p.seqs[seq];
+  double run = 0.0;
+  for (int c = si.first + si.count - 1; c >= si.first; --c) {
+    const ChunkInfo ci = p.chunks[c];
+    sx[t] = t < ci.len ? p.dgacc[((int64_t)c * p.HQ + hq) * C + t] : 0.0;
+    __syncthreads();
+    double suffix = 0.0;
+    for (int u = t; u < C; ++u) suffix += sx[u];
+    if (t < ci.len) p.dg[ci.b * p.sdg.b + (int64_t)(ci.t0 + t) * p.sdg.t + hq * p.sdg.h] = static_cast<float>(run + suffix);
+    __syncthreads();
+    if (t == 0) sx[0] = suffix;  // the chunk's total
+    __syncthreads();
+    run += sx[0];
+    __syncthreads();
+  }
+}
+
+}  // namespace pathattn::cuda

@@ -1,0 +1,104 @@
+// Warp-level tile helpers of the backward kernels, beside fwd_tiles.cuh's products (gemm_nt, gemm_nn, to_a_frags):
+// A operands loaded straight from shared memory (row-major, or transposed through ldmatrix.trans), accumulator
+// tiles moved to and from shared and global memory, and the ordered turns that make cross-block sums
+// deterministic. Layouts as common.cuh: a warp owns 16 rows; a thread holds rows g and g + 8 (g = lane / 4),
+// columns 8 nt + 2 t4 + {0, 1}. Tiles are row-major with a padded row length `ld` (no swizzle).
+#pragma once
+
+#include "cuda/kernels/fwd_tiles.cuh"
+
+namespace pathattn::cuda::bwd_detail {
+
+// A fragments of rows row0..row0+15 of a [rows][k] tile: A(i, k) = s[i][k], k blocks of 16.
+template <int KB, typename T>
+__device__ __forceinline__ void load_a(uint32_t (&a)[KB][4], const T* s, int ld, int row0) {
+  const int lane = threadIdx.x % 32;
+  const int r = row0 + lane % 8 + 8 * ((lane / 8) % 2), c = 8 * (lane / 16);
+#pragma unroll
+  for (int kk = 0; kk < KB; ++kk) ldsm_x4(a[kk], smem_addr(s + r * ld + kk * 16 + c));
+}
+
+// A fragments of A(i, k) = s[k][i] (A stored transposed, [k][rows]), rows row0..row0+15: ldmatrix.trans.
+template <int KB, typename T>
+__device__ __forceinline__ void load_a_t(uint32_t (&a)[KB][4], const T* s, int ld, int row0) {
+  const int lane = threadIdx.x % 32, q = lane / 8;
+  const int k = lane % 8 + 8 * (q / 2), i = row0 + 8 * (q % 2);
+#pragma unroll
+  for (int kk = 0; kk < KB; ++kk) ldsm_x4_t(a[kk], smem_addr(s + (kk * 16 + k) * ld + i));
+}
+
+// acc (rows row0 + g, + 8; NT column tiles from col0) times `scale`, rounded to T, into a row-major tile.
+template <typename T, int NT>
+__device__ __forceinline__ void store_acc(const float (&acc)[NT][4], T* s, int64_t ld, int row0, float scale = 1.f) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      *reinterpret_cast<uint32_t*>(s + (row0 + g + 8 * half) * ld + nt * 8 + 2 * t4) =
+          TypeTraits<T>::pack(scale * acc[nt][2 * half], scale * acc[nt][2 * half + 1]);
+}
+
+// The same in f32 (plain stores: the caller owns the rows).
+template <int NT>
+__device__ __forceinline__ void store_acc_f32(const float (&acc)[NT][4], float* g0, int64_t ld, int row0) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      *reinterpret_cast<float2*>(g0 + (row0 + g + 8 * half) * ld + nt * 8 + 2 * t4) =
+          make_float2(acc[nt][2 * half], acc[nt][2 * half + 1]);
+}
+
+// acc = a row-major T tile's rows (accumulator layout, f32).
+template <typename T, int NT>
+__device__ __forceinline__ void load_acc(float (&acc)[NT][4], const T* s, int ld, int row0) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const float2 x = TypeTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(s + (row0 + g + 8 * half) * ld + nt * 8 + 2 * t4));
+      acc[nt][2 * half] = x.x;
+      acc[nt][2 * half + 1] = x.y;
+    }
+}
+
+// Adds acc into an f32 global tile (rows row0 + g, + 8 of `rows` valid ones) with atomics: the f32 accumulation
+// of contributions from several CTAs (FlashAttention's dQ accumulation). In deterministic mode the caller holds the
+// tile's turn (below), so the adds happen in a fixed order and round identically on every run.
+template <int NT>
+__device__ __forceinline__ void atomic_add_acc(const float (&acc)[NT][4], float* g0, int64_t ld, int row0, int rows) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = row0 + g + 8 * half;
+    if (r >= rows) continue;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      atomicAdd(reinterpret_cast<float2*>(g0 + r * ld + nt * 8 + 2 * t4), make_float2(acc[nt][2 * half], acc[nt][2 * half + 1]));
+  }
+}
+
+__device__ __forceinline__ int load_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Ordered turns on a counter in global memory (FlashAttention-3's deterministic backward does the same with its
+// semaphores): wait_turn blocks the CTA until `turn` CTAs have passed; pass_turn, after this CTA's adds, lets the
+// next one in. Every thread fences its own atomics before the barrier, so the next CTA sees them.
+__device__ __forceinline__ void wait_turn(const int* counter, int turn) {
+  if (threadIdx.x == 0)
+    while (load_acquire(counter) < turn) __nanosleep(64);
+  __syncthreads();
+}
+__device__ __forceinline__ void pass_turn(int* counter) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) atomicAdd(counter, 1);
+}
+
+}  // namespace pathattn::cuda::bwd_detail

@@ -1,0 +1,79 @@
+#include "cuda/plan.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "cuda/check.h"
+
+namespace pathattn::cuda {
+
+std::vector<Segment> sequences(const Problem& p, const Inputs& in, void* stream_ptr) {
+  if (!p.varlen) {
+    std::vector<Segment> s;
+    for (int64_t b = 0; b < p.B; ++b) s.push_back({b, 0, p.T});
+    return s;
+  }
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const TensorView& cu = in.cu_seqlens;
+  const int64_t n = cu.sizes[0] - 1;
+  std::vector<int32_t> h(static_cast<std::size_t>((n * cu.strides[0]) + 1));
+  // On the caller's stream, after whatever produced cu_seqlens there.
+  CUDA_CHECK(cudaMemcpyAsync(h.data(), cu.data, h.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  auto at = [&](int64_t i) { return static_cast<int64_t>(h[i * cu.strides[0]]); };
+  if (at(0) != 0) throw Error("pathattn: cu_seqlens[0] must be 0, got " + std::to_string(at(0)));
+  std::vector<Segment> s;
+  for (int64_t i = 0; i < n; ++i) {
+    if (at(i + 1) < at(i))
+      throw Error("pathattn: cu_seqlens must be non-decreasing, got cu_seqlens[" + std::to_string(i + 1) + "] = " +
+                  std::to_string(at(i + 1)) + " < cu_seqlens[" + std::to_string(i) + "] = " + std::to_string(at(i)));
+    if (at(i + 1) > at(i)) s.push_back({0, at(i), at(i + 1) - at(i)});
+  }
+  if (at(n) != p.T)
+    throw Error("pathattn: cu_seqlens[-1] must equal the packed length T = " + std::to_string(p.T) + ", got " +
+                std::to_string(at(n)));
+  return s;
+}
+
+Plan make_plan(const std::vector<Segment>& segs, int H, bool backward) {
+  Plan pl;
+  for (const Segment& s : segs) {
+    SeqInfo si{static_cast<int>(pl.chunks.size()), 0};
+    for (int64_t c0 = 0; c0 < s.len; c0 += kChunk) {
+      pl.chunks.push_back({static_cast<int>(s.b), static_cast<int>(s.t0 + c0),
+                           static_cast<int>(std::min<int64_t>(kChunk, s.len - c0)), si.first, 0});
+      ++si.count;
+    }
+    for (int c = si.first; c < si.first + si.count; ++c) pl.chunks[c].last = si.first + si.count - 1;
+    pl.seqs.push_back(si);
+    pl.max_chunks = std::max(pl.max_chunks, si.count);
+  }
+  // Forward: sequences longest first, and inside a sequence its query chunks from the last (most key chunks to
+  // visit) to the first, so that the CTAs running at one time share their key chunks in L2 and the grid ends on
+  // short work. The first schedule (all longest chunks of every sequence and head first) made every resident CTA
+  // read different keys: L2 hit rate 5%, DRAM-bound at 3.8 TB/s (ncu, docs/perf/notes.md).
+  std::vector<int> by_len(pl.seqs.size());
+  for (std::size_t i = 0; i < pl.seqs.size(); ++i) by_len[i] = static_cast<int>(i);
+  std::stable_sort(by_len.begin(), by_len.end(), [&](int a, int b) { return pl.seqs[a].count > pl.seqs[b].count; });
+  for (int si : by_len)
+    for (int c = pl.seqs[si].first + pl.seqs[si].count - 1; c >= pl.seqs[si].first; --c) pl.fwd_order.push_back(c);
+  if (backward) {
+    // Backward: task (c, h) adds to dQ^_m and dP_j of later chunks after task (c + 1, h) did (kernels/bwd_main.cuh:
+    // the fixed summation order). A CTA waits only for tasks earlier in this list, which were taken before it and
+    // are running or done, so the waits cannot deadlock. Rank r = distance from the sequence's last chunk: all
+    // (sequence, head) pairs' rank-r tasks, then rank r + 1; task c + 1 (rank r - 1) is always listed before c.
+    // Short tasks come first and the list ends on the longest (c = first chunk), which the persistent CTAs take
+    // dynamically.
+    for (int r = 0; r < pl.max_chunks; ++r)
+      for (int si : by_len) {
+        const SeqInfo& s = pl.seqs[si];
+        if (r >= s.count) continue;
+        const int c = s.first + s.count - 1 - r;
+        for (int h = 0; h < H; ++h) pl.bwd_tasks.push_back(c * H + h);
+      }
+  }
+  return pl;
+}
+
+}  // namespace pathattn::cuda

@@ -1,0 +1,27 @@
+// The call's plan on the host: chunk and sequence tables, and the schedule of each kernel family. Built once per
+// call from the sequences (a batch row each, or cu_seqlens' segments), uploaded into the workspace.
+#pragma once
+
+#include <vector>
+
+#include "common/problem.h"
+#include "cuda/params.h"
+
+namespace pathattn::cuda {
+
+struct Plan {
+  std::vector<ChunkInfo> chunks;  // [NC] chunks restart at each sequence start
+  std::vector<SeqInfo> seqs;      // [num_seqs]
+  int max_chunks = 0;             // of one sequence
+  // Forward main kernel: query chunks, sequences longest first, a sequence's chunks from its last to its first.
+  std::vector<int> fwd_order;     // [NC]
+  // Backward main kernel: key-chunk tasks (chunk * H + h) in the order CTAs take them.
+  std::vector<int> bwd_tasks;     // [NC * H]
+};
+
+// Sequences as (b, t0, len): from the problem, or from cu_seqlens read back from the device (on `stream`).
+std::vector<Segment> sequences(const Problem& p, const Inputs& in, void* stream);
+
+Plan make_plan(const std::vector<Segment>& segs, int H, bool backward);
+
+}  // namespace pathattn::cuda
