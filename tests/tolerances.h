@@ -38,7 +38,8 @@ constexpr double kLayoutRounding = kThreadCountRounding;
 // Low precision (bf16/f16 tensor-core operands) against the f64 reference: FlashAttention's rule, the error
 // must be at most this factor times the error of the same math done plainly in that precision, plus kAbs.
 // "Plainly" for the CUDA forward is defined in tests/cuda/lowp_baseline.h (the f32 key-cache recurrence with every
-// product operand rounded to bf16/f16, f32 accumulation); errors are relative L2 over the whole output tensor.
+// product operand rounded to bf16/f16, f32 accumulation), for the backward in tests/recurrence.h (the same, with the
+// reverse sweep of Eq. 5-9); errors are relative L2 over the whole output tensor.
 constexpr double kLowPrecisionFactor = 2.0;
 constexpr double kLowPrecisionAbs = 1e-3;
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,9 @@ struct GpuSpec {
            (dlse ? "_dlse" : "");
   }
 };
+
+// gtest prints a failing case's parameter with this (instead of its bytes).
+inline void PrintTo(const GpuSpec& g, std::ostream* os) { *os << g.name() << "_seed" << g.s.seed; }
 
 // The inputs of P on the device (permuted views when the spec says so) and the Inputs that point at them.
 struct DevInputs {
