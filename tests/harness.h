@@ -16,7 +16,9 @@
 
 namespace pathattn::test {
 
-enum class BetaDist { uniform, near0, near1, near2 };
+// near0/1/2: within 1e-3 of 0, 1 (singular H_t), 2 (a reflection); high: uniform in [1.9, 2]; exact0: every beta 0
+// (PaTH is then plain softmax attention); exact2: every H_t an exact reflection.
+enum class BetaDist { uniform, near0, near1, near2, high, exact0, exact2 };
 
 inline const char* beta_name(BetaDist d) {
   switch (d) {
@@ -24,6 +26,9 @@ inline const char* beta_name(BetaDist d) {
     case BetaDist::near0: return "near0";
     case BetaDist::near1: return "near1";
     case BetaDist::near2: return "near2";
+    case BetaDist::high: return "high";
+    case BetaDist::exact0: return "exact0";
+    case BetaDist::exact2: return "exact2";
   }
   return "?";
 }
@@ -81,6 +86,9 @@ struct Problem64 {
         case BetaDist::near0: b = e; break;
         case BetaDist::near1: b = 1.0 + (u01(rng) < 0.5 ? -e : e); break;
         case BetaDist::near2: b = 2.0 - e; break;
+        case BetaDist::high: b = 1.9 + 0.1 * u01(rng); break;
+        case BetaDist::exact0: b = 0.0; break;
+        case BetaDist::exact2: b = 2.0; break;
       }
     }
     if (s.gate) {  // log forget gates in about [-2, 0): logsigmoid of a normal
@@ -93,6 +101,22 @@ struct Problem64 {
     }
   }
 };
+
+// A fixed random output gradient dO [B, T, HQ, DV] and lse gradient dlse [B, T, HQ] (for losses that use lse too),
+// seeded from the spec, so that every backend and baseline sees the same ones.
+struct OutputGrads {
+  std::vector<double> dout, dlse;
+};
+inline OutputGrads draw_output_grads(const Spec& s) {
+  std::mt19937_64 rng(s.seed * 7919 + 17);
+  std::normal_distribution<double> n01(0.0, 1.0);
+  OutputGrads g;
+  g.dout.resize(s.B * s.T * s.HQ * s.DV);
+  for (double& x : g.dout) x = n01(rng);
+  g.dlse.resize(s.B * s.T * s.HQ);
+  for (double& x : g.dlse) x = n01(rng);
+  return g;
+}
 
 // A buffer of type S for a tensor of up to 4 dims, with guard bands before and after.
 template <typename S>
@@ -215,16 +239,9 @@ struct Case {
       std::memcpy(cu.data(), p.cu.data(), p.cu.size() * sizeof(int32_t));
       in.cu_seqlens = cu.view;
     }
-    // A fixed random output gradient (seeded from the spec) so that every backend sees the same dO.
-    std::mt19937_64 rng(p.spec.seed * 7919 + 17);
-    std::normal_distribution<double> n01(0.0, 1.0);
-    std::vector<double> d(dout.view.numel());
-    for (double& x : d) x = n01(rng);
-    dout.fill_from(d);
-    // ...and a fixed random lse gradient, for losses that use lse too (backward_with_lse).
-    std::vector<double> dl(dlse.view.numel());
-    for (double& x : dl) x = n01(rng);
-    dlse.fill_from(dl);
+    const OutputGrads og = draw_output_grads(p.spec);
+    dout.fill_from(og.dout);
+    dlse.fill_from(og.dlse);  // used by backward_with_lse
   }
   std::vector<int64_t> sz(int64_t heads, int64_t dim) const { return {P.spec.B, P.spec.T, heads, dim}; }
 

@@ -38,8 +38,26 @@ constexpr double kLayoutRounding = kThreadCountRounding;
 // Low precision (bf16/f16 tensor-core operands) against the f64 reference: FlashAttention's rule, the error
 // must be at most this factor times the error of the same math done plainly in that precision, plus kAbs.
 // "Plainly" for the CUDA forward is defined in tests/cuda/lowp_baseline.h (the f32 key-cache recurrence with every
-// product operand rounded to bf16/f16, f32 accumulation); errors are relative L2 over the whole output tensor.
+// product operand rounded to bf16/f16, f32 accumulation), for the backward in tests/recurrence.h (the same, with the
+// reverse sweep of Eq. 5-9); errors are relative L2 over the whole output tensor.
 constexpr double kLowPrecisionFactor = 2.0;
 constexpr double kLowPrecisionAbs = 1e-3;
+
+// The checkpointed f64 recurrence (tests/recurrence.h) against the reference (Backend::reference): the same f64
+// arithmetic summed in another order (blocks of rows, four partial sums per dot product), which moves a result by a
+// few eps * sqrt(terms) ~ 1e-14 relative at the sizes tested; a wrong, missing or doubled term is O(1e-3) or more.
+// Also plain softmax attention against the recurrence with every beta = 0 (the same sums, H_t = I).
+constexpr double kRecurrenceVsReference = 1e-10;
+// ...plus an absolute floor (L2 over the tensor) for gradients that are zero in exact arithmetic (dw with beta = 0,
+// dq, dk, dg when every sequence has length 1): f64 leaves at most ~1e-16 per element there, if anything.
+constexpr double kRecurrenceVsReferenceAbs = 1e-12;
+
+// Sanity range of the low-precision baseline's errors against f64 (relative L2, o, lse and every gradient; not a
+// bound on a kernel). The unit roundoff u is 2^-9 ~ 2e-3 for bf16 and 2^-11 ~ 4.9e-4 for f16; rounding every
+// product operand leaves about u per output (measured at T = 200, D = 64: bf16 3e-3..5e-3, f16 4e-4..6e-4), lse
+// less (u / 6 .. u / 3: it is O(log T) with an absolute error ~u). Below u / 30 the baseline would not be rounding
+// what it claims (f32 alone gives ~1e-7); above 15 u its math would be wrong (a wrong term is O(1)).
+constexpr double kBf16BaselineMin = 7e-5, kBf16BaselineMax = 3e-2;
+constexpr double kF16BaselineMin = 2e-5, kF16BaselineMax = 7e-3;
 
 }  // namespace pathattn::test::tol

@@ -15,23 +15,17 @@
 // f32 accumulation), which is what "plainly" means in FlashAttention's rule. The kernel additionally rounds its
 // running query Q~ and the chunk factors U, W, M to low precision as product operands; the factor 2 is the
 // allowance for those.
+//
+// The backward's baseline is tests/recurrence.h (same rounding rules, with the reverse sweep).
 #pragma once
-
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include <cmath>
 #include <vector>
 
 #include "harness.h"
+#include "lowp_round.h"  // round_to: equal to the CUDA conversions (test_cuda_backward checks it)
 
 namespace pathattn::test {
-
-inline float round_to(float x, DType dt) {
-  if (dt == DType::bf16) return __bfloat162float(__float2bfloat16_rn(x));
-  if (dt == DType::f16) return __half2float(__float2half_rn(x));
-  return x;
-}
 
 struct LowpResult {
   std::vector<double> o, lse, kcache;  // [B, T, HQ, DV], [B, T, HQ], [B, T, H, D]

@@ -3,179 +3,22 @@
 // so an element left unwritten or a stray write fails the test. Label gpu: run by tools/gpu_check.sh.
 #include <cuda_runtime.h>
 
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "device_buffers.h"
+#include "device_inputs.h"
+#include "expect_within.h"
 #include "harness.h"
 #include "lowp_baseline.h"
-#include "tolerances.h"
 
 namespace pathattn::test {
 namespace {
 
-#define TEST_CUDA(call)                                                                          \
-  do {                                                                                           \
-    cudaError_t e_ = (call);                                                                     \
-    ASSERT_EQ(e_, cudaSuccess) << #call << ": " << cudaGetErrorString(e_) << " at " << __FILE__ \
-                               << ":" << __LINE__;                                               \
-  } while (0)
-
-struct GpuSpec {
-  Spec s;
-  DType dt = DType::bf16;
-  bool w_lowp = false;    // pass w in bf16 instead of f32
-  bool w_padded = false;  // w rows padded by one element: strides that rule out 16-byte loads (scalar path)
-  std::string name() const {
-    return s.name() + (dt == DType::bf16 ? "_bf16" : "_f16") + (w_lowp ? "_wbf16" : "") + (w_padded ? "_wpad" : "");
-  }
-};
-
-uint16_t to_lowp(double x, DType dt) {
-  uint16_t u;
-  if (dt == DType::bf16) {
-    __nv_bfloat16 b = __float2bfloat16_rn(static_cast<float>(x));
-    std::memcpy(&u, &b, 2);
-  } else {
-    __half h = __float2half_rn(static_cast<float>(x));
-    std::memcpy(&u, &h, 2);
-  }
-  return u;
-}
-double from_lowp(uint16_t u, DType dt) {
-  if (dt == DType::bf16) {
-    __nv_bfloat16 b;
-    std::memcpy(&b, &u, 2);
-    return __bfloat162float(b);
-  }
-  __half h;
-  std::memcpy(&h, &u, 2);
-  return __half2float(h);
-}
-
-// A device buffer with guard bands of a fixed byte pattern on both sides; the body starts as NaN (0xFF bytes).
-struct DevBuf {
-  static constexpr size_t kGuard = 256;
-  char* base = nullptr;
-  size_t bytes = 0;
-  explicit DevBuf(size_t n) : bytes(n) {
-    if (cudaMalloc(&base, n + 2 * kGuard) != cudaSuccess) throw std::runtime_error("cudaMalloc failed");
-    cudaMemset(base, 0xA5, kGuard);
-    cudaMemset(base + kGuard, 0xFF, n);
-    cudaMemset(base + kGuard + n, 0xA5, kGuard);
-  }
-  ~DevBuf() { cudaFree(base); }
-  void* data() const { return base + kGuard; }
-  void upload(const void* src) { cudaMemcpy(data(), src, bytes, cudaMemcpyHostToDevice); }
-  template <typename X>
-  std::vector<X> download() const {
-    std::vector<X> h(bytes / sizeof(X));
-    cudaMemcpy(h.data(), data(), bytes, cudaMemcpyDeviceToHost);
-    return h;
-  }
-  bool guards_intact() const {
-    std::vector<unsigned char> g(kGuard);
-    for (size_t at : {size_t(0), kGuard + bytes}) {
-      cudaMemcpy(g.data(), base + at, kGuard, cudaMemcpyDeviceToHost);
-      for (unsigned char c : g)
-        if (c != 0xA5) return false;
-    }
-    return true;
-  }
-};
-
-// A [B, T, X, Y] tensor uploaded to the device, stored [B, X, T, Y] when permuted (a strided view), each
-// row of Y stored with `pad` unused elements after it.
-struct DevTensor {
-  DevBuf buf;
-  TensorView view;
-  DevTensor(const std::vector<double>& src, std::vector<int64_t> sizes, DType dt, bool permuted, int64_t pad = 0)
-      : buf(static_cast<size_t>(src.size() / sizes.back() * (sizes.back() + pad)) * dtype_size(dt)) {
-    const int nd = static_cast<int>(sizes.size());
-    std::vector<int64_t> store = sizes, st(nd);
-    store[nd - 1] += pad;
-    if (permuted && nd >= 3) std::swap(store[1], store[2]);
-    int64_t stride = 1;
-    for (int d = nd - 1; d >= 0; --d) {
-      st[d] = stride;
-      stride *= store[d];
-    }
-    if (permuted && nd >= 3) std::swap(st[1], st[2]);
-    view.data = buf.data();
-    view.dtype = dt;
-    view.device = Device::cuda;
-    view.ndim = nd;
-    for (int d = 0; d < nd; ++d) {
-      view.sizes[d] = sizes[d];
-      view.strides[d] = st[d];
-    }
-    // Scatter in logical row-major order to the (possibly permuted) offsets.
-    std::vector<char> host(buf.bytes);
-    int64_t idx[4] = {0, 0, 0, 0};
-    for (size_t lin = 0; lin < src.size(); ++lin) {
-      int64_t r = static_cast<int64_t>(lin), off = 0;
-      for (int d = nd - 1; d >= 0; --d) {
-        idx[d] = r % sizes[d];
-        r /= sizes[d];
-        off += idx[d] * st[d];
-      }
-      if (dt == DType::f32) {
-        const float f = static_cast<float>(src[lin]);
-        std::memcpy(&host[off * 4], &f, 4);
-      } else {
-        const uint16_t u = to_lowp(src[lin], dt);
-        std::memcpy(&host[off * 2], &u, 2);
-      }
-    }
-    buf.upload(host.data());
-  }
-};
-
-// An output tensor, contiguous, poisoned.
-struct DevOut {
-  DevBuf buf;
-  TensorView view;
-  DType dt;
-  DevOut(std::initializer_list<int64_t> sizes, DType d) : buf(count(sizes) * dtype_size(d)), dt(d) {
-    view = make_view(buf.data(), d, sizes, Device::cuda, 0);
-  }
-  static size_t count(std::initializer_list<int64_t> s) {
-    size_t n = 1;
-    for (int64_t x : s) n *= static_cast<size_t>(x);
-    return n;
-  }
-  std::vector<double> to_vector() const {
-    std::vector<double> out;
-    if (dt == DType::f32) {
-      for (float f : buf.download<float>()) out.push_back(f);
-    } else {
-      for (uint16_t u : buf.download<uint16_t>()) out.push_back(from_lowp(u, dt));
-    }
-    return out;
-  }
-};
-
-int64_t count_nonfinite(const std::vector<double>& x) {
-  int64_t n = 0;
-  for (double e : x) n += !std::isfinite(e);
-  return n;
-}
-
-// The error of `got` against the f64 reference must be within factor x the baseline's error plus abs.
-void expect_within(const char* what, const std::vector<double>& got, const std::vector<double>& ref,
-                   const std::vector<double>& base) {
-  const double e_base = rel_err(base, ref), e_got = rel_err(got, ref);
-  const double ratio = bound_ratio(got, ref, tol::kLowPrecisionFactor * e_base, tol::kLowPrecisionAbs);
-  EXPECT_LE(ratio, 1.0) << what << ": relative error " << e_got << " vs low-precision baseline " << e_base
-                        << " (max abs " << max_abs_err(got, ref) << ")";
-  std::printf("  %-7s rel err %.3e  baseline %.3e  (ratio to bound %.3f)\n", what, e_got, e_base, ratio);
-}
-
 class CudaForward : public ::testing::TestWithParam<GpuSpec> {};
 
 TEST_P(CudaForward, MatchesReference) {
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) GTEST_SKIP() << "no CUDA device";
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
   const GpuSpec gs = GetParam();
   const Spec& s = gs.s;
   Problem64 P(s);
@@ -185,29 +28,8 @@ TEST_P(CudaForward, MatchesReference) {
   r.forward(Backend::reference, true);
   const LowpResult base = lowp_forward(P, gs.dt, gs.w_lowp);
 
-  DevTensor q(P.q, {s.B, s.T, s.HQ, s.D}, gs.dt, s.permuted);
-  DevTensor k(P.k, {s.B, s.T, s.H, s.D}, gs.dt, s.permuted);
-  DevTensor v(P.v, {s.B, s.T, s.H, s.DV}, gs.dt, s.permuted);
-  DevTensor w(P.w, {s.B, s.T, s.H, s.D}, gs.w_lowp ? DType::bf16 : DType::f32, s.permuted, gs.w_padded ? 1 : 0);
-  DevTensor beta(P.beta, {s.B, s.T, s.H}, DType::f32, s.permuted);
-  std::unique_ptr<DevTensor> g, cu;
-  Inputs in;
-  in.q = q.view;
-  in.k = k.view;
-  in.v = v.view;
-  in.w = w.view;
-  in.beta = beta.view;
-  if (s.gate) {
-    g = std::make_unique<DevTensor>(P.g, std::vector<int64_t>{s.B, s.T, s.HQ}, DType::f32, s.permuted);
-    in.g = g->view;
-  }
-  if (!P.cu.empty()) {
-    cu = std::make_unique<DevTensor>(std::vector<double>(P.cu.size(), 0.0), std::vector<int64_t>{(int64_t)P.cu.size()},
-                                     DType::f32, false);
-    cu->buf.upload(P.cu.data());  // int32 bytes, same size as f32
-    cu->view.dtype = DType::i32;
-    in.cu_seqlens = cu->view;
-  }
+  DevInputs dev(P, gs);
+  const Inputs& in = dev.in;
   const std::vector<double> ref_o = r.o.to_vector(), ref_lse = r.lse.to_vector(), ref_kc = r.kcache.to_vector();
   std::printf("%s\n", gs.name().c_str());
   // Without the key cache (the training forward: TF32 preprocess), then with it (all-f32 preprocess + suffix
@@ -268,8 +90,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaForward, ::testing::ValuesIn(cases()),
 
 // Unsupported cases throw pathattn::Error with the reason; the backward says it is not implemented.
 TEST(CudaSupport, ClearReasons) {
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) GTEST_SKIP() << "no CUDA device";
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
   auto make = [](int64_t D, int64_t DV) {
     Spec s{.B = 1, .T = 8, .H = 1, .HQ = 1, .D = D, .DV = DV};
     return s;
