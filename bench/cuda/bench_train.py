@@ -71,7 +71,8 @@ per sequence; the diagonal blocks count half, as FlashAttention's causal count d
   PaTH fwd       = B [pairs HQ (2C^2 D [S = Q~ K^T] + 2C D^2 [Q~ E^T step, Eq. 32] + 2C^2 DV [P V])
                       + N HQ (2C^2 D + 2C^2 DV) / 2]      (~ SDPA fwd x (1 + D / 2C))
   PaTH bwd       = B [pairs (H 2C D^2 [phase-1 carry of K^]
-                             + HQ (2C^2 D [S] + 2C^2 DV [dP] + 2C^2 DV [dV] + 2C^2 D [E += dS^T Q^] + 2C^2 D [dQ^ += dS K~])
+                             + HQ (2C^2 D [S] + 2C^2 DV [dP] + 2C^2 DV [dV]
+                                   + 2C^2 D [E += dS^T Q^] + 2C^2 D [dQ^ += dS K~])
                              + H (2C D^2 [dP chain] + 2C D^2 [E step]))
                       + N HQ (3 2C^2 D + 2 2C^2 DV) / 2]   (diagonal: the five C x C products, halved)
   PaTH fwd+bwd   = PaTH fwd + PaTH bwd
@@ -295,7 +296,8 @@ def plain(head, body):
 
 
 def markdown(head, body):
-    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in body])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in body])
 
 
 TABLE_NOTES = """\
@@ -402,7 +404,9 @@ def run_bench(args, cases):
         print(f"# done {tag} ({time.time() - t_start:.0f} s)", flush=True)
 
     (h1, t1), (h2, t2) = tables(rows)
-    text_notes = TABLE_NOTES.format(peak=PEAK_TFLOPS) + ("\nNotes:\n" + "\n".join("- " + n for n in notes) if notes else "")
+    text_notes = TABLE_NOTES.format(peak=PEAK_TFLOPS)
+    if notes:
+        text_notes += "\nNotes:\n" + "\n".join("- " + n for n in notes)
     print()
     print(header(cases))
     print()
@@ -479,7 +483,8 @@ def run_check(args):
             x = leaves("cuda", torch.bfloat16)
             g_fla = (x["g"].detach() / scale).requires_grad_(True)
             o = parallel_path_attn(x["q"], x["k"], x["v"], x["w"], x["beta"], g=g_fla)[0]
-            gr = torch.autograd.grad(o, [x["q"], x["k"], x["v"], x["w"], x["beta"], g_fla], do64.to("cuda", torch.bfloat16))
+            gr = torch.autograd.grad(o, [x["q"], x["k"], x["v"], x["w"], x["beta"], g_fla],
+                                     do64.to("cuda", torch.bfloat16))
             results["fla"] = [o] + list(gr[:5]) + [gr[5] / scale]  # d/dg = d/d(g / scale) / scale
         except Exception as e:
             print(f"# fla failed: {type(e).__name__}: {e}")
