@@ -3,6 +3,8 @@
 # memcheck + racecheck on small cases, then the forward benchmark beside SDPA and fla. Logs go under $OUT.
 #
 #   tools/gpu_check.sh [all|test|bench|quick]   (run from the repository root on the H200 machine)
+#   all:   build, gpu tests (forward and backward; the T = 16384 backward case too unless GPU_SKIP_LONG=1), sanitizers
+#          on small forward and backward cases, bench_fwd --bwd (forward, backward, both summation modes) + baselines
 #   quick: the gpu tests and bench_fwd with per-stage times, no sanitizer, no baselines
 #   ncu:   the gpu tests, then Nsight Compute on one 32 x 4096 (H 32, D 64) forward: each kernel once
 #   torch: the torch extension built against the machine's torch (CUDA on) and pytest tests/python on it
@@ -34,7 +36,7 @@ fi
 
 t0=$(date +%s)
 if ! { cmake -S . -B build-gpu -DPATHATTN_TORCH=OFF -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=ON -DPATHATTN_BENCH=ON -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) \
-         "${PREFIX_ARGS[@]}" && make -C build-gpu -j16 test_cuda_forward bench_fwd; } > "$OUT/build.log" 2>&1; then
+         "${PREFIX_ARGS[@]}" && make -C build-gpu -j16 test_cuda_forward test_cuda_backward bench_fwd; } > "$OUT/build.log" 2>&1; then
   note "BUILD FAILED (see build.log)"; tail -30 "$OUT/build.log"; exit 1
 fi
 note "build: ok ($(( $(date +%s) - t0 )) s)"
@@ -48,19 +50,26 @@ grep -A2 "Compiling entry function.*fwd_kernel" "$OUT/build.log" | grep -E "entr
 
 if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ] || [ "$MODE" = ncu ]; then
   t0=$(date +%s)
-  (cd build-gpu && ctest -L gpu -j 16 --output-on-failure --timeout 300) > "$OUT/tests.log" 2>&1
+  EXCL=(); [ "${GPU_SKIP_LONG:-0}" = 1 ] && EXCL=(-E 'Long/')
+  (cd build-gpu && ctest -L gpu -j 16 --output-on-failure --timeout 400 "${EXCL[@]}") > "$OUT/tests.log" 2>&1
   note "gpu tests: $(grep -E 'tests passed|tests failed' "$OUT/tests.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
   grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess)" "$OUT/tests.log" | head -20 | tee -a "$SUMMARY"
   # Per-case errors (o / lse / kcache against the f64 reference and the low-precision baseline), one run.
   build-gpu/tests/cuda/test_cuda_forward > "$OUT/errors.log" 2>&1 || true
+  build-gpu/tests/cuda/test_cuda_backward --gtest_filter=-Long/* > "$OUT/errors_bwd.log" 2>&1 || true
+  grep -E "^\[  FAILED|^\[  PASSED" "$OUT/errors_bwd.log" | tail -20 | tee -a "$SUMMARY"
 
   if [ "$MODE" != quick ] && [ "$MODE" != ncu ]; then
   SMALL='*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16:CudaSupport.*'
+  SMALL_BWD='*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16'
   for tool in memcheck racecheck; do
     t0=$(date +%s)
     compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/cuda/test_cuda_forward --gtest_filter="$SMALL" \
       > "$OUT/sanitizer_one.log" 2>&1
     rc=$?
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/cuda/test_cuda_backward --gtest_filter="$SMALL_BWD" \
+      >> "$OUT/sanitizer_one.log" 2>&1
+    rc=$((rc + $?))
     note "compute-sanitizer $tool: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_one.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
     { echo "==== $tool"; cat "$OUT/sanitizer_one.log"; } >> "$OUT/sanitizer.log"; rm -f "$OUT/sanitizer_one.log"
   done
@@ -85,7 +94,7 @@ fi
 
 if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
   t0=$(date +%s)
-  build-gpu/bench/cuda/bench_fwd --csv "$OUT/ours.csv" > "$OUT/bench.log" 2>&1
+  build-gpu/bench/cuda/bench_fwd --bwd --csv "$OUT/ours.csv" > "$OUT/bench.log" 2>&1
   note "bench_fwd: rc=$? ($(( $(date +%s) - t0 )) s)"
   cat "$OUT/bench.log"
   t0=$(date +%s)

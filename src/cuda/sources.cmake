@@ -10,7 +10,11 @@ target_sources(pathattn_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/launch/prep.cu
   ${CMAKE_CURRENT_LIST_DIR}/launch/fwd.cu
   ${CMAKE_CURRENT_LIST_DIR}/launch/kcache.cu
-  ${CMAKE_CURRENT_LIST_DIR}/launch/bwd.cu
+  ${CMAKE_CURRENT_LIST_DIR}/launch/bwd_bf16_64.cu
+  ${CMAKE_CURRENT_LIST_DIR}/launch/bwd_bf16_128.cu
+  ${CMAKE_CURRENT_LIST_DIR}/launch/bwd_f16_64.cu
+  ${CMAKE_CURRENT_LIST_DIR}/launch/bwd_f16_128.cu
+  ${CMAKE_CURRENT_LIST_DIR}/launch/bwd_gate.cu
 )
 target_compile_definitions(pathattn_core PUBLIC PATHATTN_WITH_CUDA)
 target_link_libraries(pathattn_core PUBLIC CUDA::cudart)

@@ -28,5 +28,6 @@ BwdGrid bwd_grid(int group);
 // cumulation run before (dispatch.cu).
 template <typename T, int D, bool kGate, bool kDet>
 void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream);
+void launch_bwd_gate(const BwdParams& p, cudaStream_t stream);
 
 }  // namespace pathattn::cuda

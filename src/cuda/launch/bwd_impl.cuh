@@ -1,6 +1,9 @@
 // Launches the backward's own kernels (kernels/bwd_prep.cuh, bwd_main.cuh, bwd_local.cuh) and sizes their
 // persistent grids: as many CTAs as fit on the device at once, since the main kernel's CTAs wait for each other
-// (all must be resident) and each owns a scratch slot.
+// (all must be resident) and each owns a scratch slot. Included by bwd_<dtype>_<D>.cu, one instance list each, so
+// that the four (dtype, D) builds of these large kernels compile in parallel.
+#pragma once
+
 #include "cuda/check.h"
 #include "cuda/kernels/bwd_local.cuh"
 #include "cuda/kernels/bwd_main.cuh"
@@ -8,9 +11,9 @@
 #include "cuda/launch/launch.h"
 
 namespace pathattn::cuda {
-namespace {
+namespace bwd_launch_detail {
 
-int sm_count() {
+inline int sm_count() {
   int dev = 0, n = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
@@ -18,7 +21,7 @@ int sm_count() {
 }
 
 template <typename K>
-int resident(K kernel, int threads, int bytes, const char* name) {
+inline int resident(K kernel, int threads, int bytes, const char* name) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   int per_sm = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, bytes));
@@ -26,13 +29,13 @@ int resident(K kernel, int threads, int bytes, const char* name) {
   return per_sm * sm_count();
 }
 
-}  // namespace
+}  // namespace bwd_launch_detail
 
 template <typename T, int D, bool kGate, bool kDet>
 BwdGrid bwd_grid(int group) {
   BwdGrid g;
-  g.main_ctas = resident(bwd_main_kernel<T, D, kGate, kDet>, 128, BwdMainSmem<D>::bytes(group, kGate), "bwd_main_kernel");
-  g.local_ctas = resident(bwd_local_kernel<T, D, kGate>, 256, bwd_local_smem_bytes<D>(), "bwd_local_kernel");
+  g.main_ctas = bwd_launch_detail::resident(bwd_main_kernel<T, D, kGate, kDet>, 128, BwdMainSmem<D>::bytes(group, kGate), "bwd_main_kernel");
+  g.local_ctas = bwd_launch_detail::resident(bwd_local_kernel<T, D, kGate>, 256, bwd_local_smem_bytes<D>(), "bwd_local_kernel");
   return g;
 }
 
@@ -56,10 +59,7 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream) {
     bwd_local_kernel<T, D, kGate><<<grid.local_ctas, 256, bytes, stream>>>(p);
     CUDA_CHECK_LAUNCH("bwd_local_kernel");
   }
-  if constexpr (kGate) {
-    bwd_gate_kernel<<<dim3(p.num_seqs, p.HQ), kChunk, 0, stream>>>(p);
-    CUDA_CHECK_LAUNCH("bwd_gate_kernel");
-  }
+  if constexpr (kGate) launch_bwd_gate(p, stream);
 }
 
 #define PATHATTN_BWD(T, D, G, DET)                             \
@@ -70,11 +70,5 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream) {
   PATHATTN_BWD(T, D, false, true)   \
   PATHATTN_BWD(T, D, true, false)   \
   PATHATTN_BWD(T, D, true, true)
-PATHATTN_BWD_ALL(__nv_bfloat16, 64)
-PATHATTN_BWD_ALL(__nv_bfloat16, 128)
-PATHATTN_BWD_ALL(__half, 64)
-PATHATTN_BWD_ALL(__half, 128)
-#undef PATHATTN_BWD_ALL
-#undef PATHATTN_BWD
 
 }  // namespace pathattn::cuda

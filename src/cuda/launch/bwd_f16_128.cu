@@ -1,0 +1,6 @@
+// The backward's launchers for f16, D = 128 (bwd_impl.cuh).
+#include "cuda/launch/bwd_impl.cuh"
+
+namespace pathattn::cuda {
+PATHATTN_BWD_ALL(__half, 128)
+}  // namespace pathattn::cuda
