@@ -202,6 +202,7 @@ void backward(const Problem& p, const Inputs& in, const TensorView& o, const Ten
   const int dvacc = ws.add("dvacc", k_rows * D * 4);
   const int dpacc = ws.add("dpacc", static_cast<std::size_t>(NC) * p.H * D * D * 4);
   const int dgacc = p.has_gate ? ws.add("dgacc", q_rows * 4) : -1;
+  const int dgrow = p.has_gate ? ws.add("dgrow", q_rows * 4) : -1;
   const int count_q = ws.add("count_q", static_cast<std::size_t>(NC) * p.HQ * 4);
   const int count_p = ws.add("count_p", static_cast<std::size_t>(NC) * p.H * 4);
   const int next_task = ws.add("next_task", 4);
@@ -213,6 +214,7 @@ void backward(const Problem& p, const Inputs& in, const TensorView& o, const Ten
   fill_shared(prm, ws, shared, p, in, plan, o, lse, stream);
   ws.upload(tasks, plan.bwd_tasks.data(), plan.bwd_tasks.size() * sizeof(int), stream);
   for (int zeroed : {dqacc, dpacc, count_q, count_p, next_task}) ws.zero(zeroed, stream);
+  if (p.has_gate) ws.zero(dgrow, stream);
   prm.dout = dout.data;
   prm.sdo = strides_of(dout);
   prm.dlse = dlse.defined() ? static_cast<const float*>(dlse.data) : nullptr;
@@ -238,6 +240,7 @@ void backward(const Problem& p, const Inputs& in, const TensorView& o, const Ten
   prm.dvacc = ws.ptr<float>(dvacc);
   prm.dpacc = ws.ptr<float>(dpacc);
   prm.dgacc = dgacc >= 0 ? ws.ptr<float>(dgacc) : nullptr;
+  prm.dgrow = dgrow >= 0 ? ws.ptr<float>(dgrow) : nullptr;
   prm.count_q = ws.ptr<int>(count_q);
   prm.count_p = ws.ptr<int>(count_p);
   prm.next_task = ws.ptr<int>(next_task);

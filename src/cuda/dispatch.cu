@@ -76,8 +76,7 @@ void run_backward_typed(const BwdParams& p, const BwdGrid& grid, cudaStream_t st
   if (kGate) launch_gate(p, stream);
   launch_prep_tc<T, D>(p, stream);
   timer.mark("prep");
-  launch_bwd<T, D, kGate, kDet>(p, grid, stream);
-  timer.mark("bwd");
+  launch_bwd<T, D, kGate, kDet>(p, grid, stream, [&](const char* stage) { timer.mark(stage); });
 }
 
 // f.template call<T, D, kGate, kDet>() for the runtime values: one ladder for every backward entry point.

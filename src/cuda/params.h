@@ -101,7 +101,8 @@ struct BwdParams : FwdParams {
   float* dkacc;         // [NC, H, C, D]   dK^ (Eq. 23), then dk in place
   float* dvacc;         // [NC, H, C, D]   dV (Eq. 5)
   float* dpacc;         // [NC, H, D, D]   d loss / d P_j of the chunk's product P_j = I - W^T U (Eq. 22, D x D form)
-  float* dgacc;         // [NC, HQ, C]     dG_t (Eq. 7, gate only): minus the column sums of dl, then + dlse
+  float* dgacc;         // [NC, HQ, C]     dG_t (Eq. 7, gate only): minus the column sums of dl, then dG
+  float* dgrow;         // [NC, HQ, C]     the row sums of dl over earlier key chunks (gate only)
   // Ordering of the cross-block sums (deterministic mode): how many key chunks have added to a chunk's dQ^ / dP.
   int* count_q;         // [NC, HQ]
   int* count_p;         // [NC, H]

@@ -1,4 +1,4 @@
-// The gate's gradient from the per-position dG of the backward (docs/math.md Eq. 7, 35).
+// The gate's gradient from the per-position dG of the backward (docs/math.md Eq. 7).
 #pragma once
 
 #include "cuda/params.h"

@@ -214,15 +214,19 @@ __global__ void __launch_bounds__(256, 1) bwd_local_kernel(const BwdParams p) {
       __syncthreads();
       mm<D>(p.dvacc + fac * C * D, D, s1, 1, LC, dO, D, 1, C, 1.f, true);  // dV += P^T dO (Eq. 5)
       if constexpr (kGate) {
-        // dG_t = dlse_t - sum_i dl_it (Eq. 7 with sum_j dl_tj = dlse_t); the main kernel stored the part over the
-        // later query chunks, this adds the diagonal block's and dlse.
+        // dG_t = sum_j dl_tj - sum_i dl_it (Eq. 7): the main kernel added the row sums over earlier key chunks
+        // (dgrow) and stored minus the column sums over later query chunks (dgacc); this adds the diagonal block's.
+        // Both sums are formed explicitly, as the reference does: replacing the row sums by their exact value dlse
+        // (sum_j P_tj = 1) left the rounding of every column sum uncancelled in dg's reverse cumulative sum.
         if (tid < n) {
-          float cs = 0.f;
-          for (int i = 0; i < C; ++i) cs += s2[i * LC + tid];
-          const int64_t t = ci.t0 + tid;
-          const float dl = p.dlse ? p.dlse[ci.b * p.sdlse.b + t * p.sdlse.t + hq * p.sdlse.h] : 0.f;
-          p.dgacc[qrow * C + tid] += dl - cs;
+          float rs = 0.f, cs = 0.f;
+          for (int i = 0; i < C; ++i) {
+            rs += s2[tid * LC + i];
+            cs += s2[i * LC + tid];
+          }
+          p.dgacc[qrow * C + tid] += p.dgrow[qrow * C + tid] + rs - cs;
         }
+        __syncthreads();  // the sums read dl before it is scaled in place below
       }
       for (int e = tid; e < C * C; e += kThreads) s2[(e / C) * LC + e % C] *= p.scale;  // ds = scale dl (Eq. 6)
       __syncthreads();

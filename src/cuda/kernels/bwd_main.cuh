@@ -1,4 +1,4 @@
-// The main backward kernel: the O(T^2) part of the gradient (docs/math.md Eq. 18-23, 33-35), key-chunk major as
+// The main backward kernel: the O(T^2) part of the gradient (docs/math.md Eq. 18-23, 33), key-chunk major as
 // FlashAttention's backward, with the keys carried (Eq. 17) instead of the queries.
 //
 // One task = (key chunk c, kv head h). Persistent CTAs of 4 warps take tasks in list order (plan.cu); warp w owns
@@ -9,7 +9,8 @@
 //        dV_c += P^T dO_m,  E += ds^T Q^_m,  dQ^_m += ds K~_{c,m}  (cross-CTA, f32 atomics)      (Eq. 5, 21)
 //      then back through the carry K~_{c,m} = K~_{c,m-1} P_{m-1}^T:
 //        dP_{m-1} += E^T K~_{c,m-1}  (D x D, cross-CTA),   E <- E P_{m-1} = E + E E_{m-1}^T          (Eq. 33)
-//   end: dK^_c = E, dV_c, and the gate's column sums -sum_i dl_ij, owned by the task: plain stores.
+//   end: dK^_c = E, dV_c, and the gate's column sums -sum_i dl_ij, owned by the task: plain stores; the gate's
+//   row sums sum_j dl_ij go with dQ^_m (cross-CTA).
 //
 // Memory stays linear in T: a task keeps its carried copies (at most T x D) in its CTA's slot, and there are as
 // many slots as resident CTAs (api.cu), not one per task: fla's backward instead stores the query transformed to
@@ -31,7 +32,7 @@ struct BwdMainSmem {
   static constexpr int LD = D + 8, LDC = C + 8;  // padded rows: conflict-free ldmatrix
   // K~_{c,m}, K~_{c,m-1}, Q^_m, dO_m, E (V_c at the task's start), dS^T [C][LDC], E_step [D][LD]
   static constexpr int kHalves = 5 * C * LD + C * LDC + D * LD;
-  static constexpr int kFloats = 4 * C;  // lse2, delta, query gate, key gate
+  static constexpr int kFloats = 8 * C;  // lse2, delta, query gate, key gate, per-warp row sums
   static constexpr int bytes(int group, bool gate) { return kHalves * 2 + (kFloats + (gate ? group * C : 0)) * 4 + 16; }
 };
 
@@ -57,7 +58,8 @@ __global__ void __launch_bounds__(128, D == 64 ? 2 : 1) bwd_main_kernel(const Bw
   float* sDelta = sLse2 + C;                                // [C]
   float* sGq = sDelta + C;                                  // [C] gate of the query chunk (in-chunk cumsum)
   float* sGk = sGq + C;                                     // [C] gate of the key chunk
-  float* sDG = sGk + C;                                     // [group][C] gate column sums (kGate)
+  float* sRow = sGk + C;                                    // [4][C] per-warp row sums of dl (kGate)
+  float* sDG = sRow + 4 * C;                                // [group][C] gate column sums (kGate)
   __shared__ int s_task;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t4 = lane % 4;
@@ -173,6 +175,18 @@ __global__ void __launch_bounds__(128, D == 64 ? 2 : 1) bwd_main_kernel(const Bw
             x += __shfl_xor_sync(0xffffffffu, x, 2);
             if (t4 == 0) sDG[j * C + r0 + 8 * half] -= x;  // dG_j -= sum_i dl_ij (Eq. 7), rows owned by this thread
           }
+          // dG_i += sum_j dl_ij for the query chunk's rows: this warp's 16 keys here, the 4 warps summed in a fixed
+          // order below, then added to dgrow across tasks in the dQ^ turn (deterministic).
+#pragma unroll
+          for (int nt = 0; nt < NC8; ++nt)
+#pragma unroll
+            for (int par = 0; par < 2; ++par) {
+              float x = dp[nt][par] + dp[nt][2 + par];
+              x += __shfl_xor_sync(0xffffffffu, x, 4);
+              x += __shfl_xor_sync(0xffffffffu, x, 8);
+              x += __shfl_xor_sync(0xffffffffu, x, 16);
+              if (lane < 4) sRow[warp * C + nt * 8 + 2 * lane + par] = x;
+            }
         }
         {
           uint32_t pa[KC][4];
@@ -188,6 +202,10 @@ __global__ void __launch_bounds__(128, D == 64 ? 2 : 1) bwd_main_kernel(const Bw
           uint32_t da[KC][4];
           load_a_t<KC>(da, sDS, LDC, row0);
           if constexpr (kDet) wait_turn(p.count_q + qrow, m - 1 - gc);
+          if constexpr (kGate)
+            if (threadIdx.x < cm.len)
+              atomicAdd(p.dgrow + qrow * C + threadIdx.x, (sRow[threadIdx.x] + sRow[C + threadIdx.x]) +
+                                                               (sRow[2 * C + threadIdx.x] + sRow[3 * C + threadIdx.x]));
           float* dst = p.dqacc + qrow * C * D;
 #pragma unroll
           for (int hh = 0; hh < NH; ++hh) {

@@ -40,31 +40,35 @@ BwdGrid bwd_grid(int group) {
 }
 
 template <typename T, int D, bool kGate, bool kDet>
-void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream) {
+void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, const StageMark& mark) {
   {
     constexpr int bytes = BwdPrepSmem<D>::kBytes;
     CUDA_CHECK(cudaFuncSetAttribute(bwd_prep_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     bwd_prep_kernel<T, D><<<dim3(p.num_chunks, p.HQ), 128, bytes, stream>>>(p);
     CUDA_CHECK_LAUNCH("bwd_prep_kernel");
   }
+  mark("bwd_prep");
   {
     const int bytes = BwdMainSmem<D>::bytes(p.group, kGate);
     CUDA_CHECK(cudaFuncSetAttribute(bwd_main_kernel<T, D, kGate, kDet>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     bwd_main_kernel<T, D, kGate, kDet><<<grid.main_ctas, 128, bytes, stream>>>(p);
     CUDA_CHECK_LAUNCH("bwd_main_kernel");
   }
+  mark("bwd_main");
   {
     constexpr int bytes = bwd_local_smem_bytes<D>();
     CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<T, D, kGate>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     bwd_local_kernel<T, D, kGate><<<grid.local_ctas, 256, bytes, stream>>>(p);
     CUDA_CHECK_LAUNCH("bwd_local_kernel");
   }
+  mark("bwd_local");
   if constexpr (kGate) launch_bwd_gate(p, stream);
+  mark("bwd_gate");
 }
 
 #define PATHATTN_BWD(T, D, G, DET)                             \
   template BwdGrid bwd_grid<T, D, G, DET>(int);                \
-  template void launch_bwd<T, D, G, DET>(const BwdParams&, const BwdGrid&, cudaStream_t);
+  template void launch_bwd<T, D, G, DET>(const BwdParams&, const BwdGrid&, cudaStream_t, const StageMark&);
 #define PATHATTN_BWD_ALL(T, D)      \
   PATHATTN_BWD(T, D, false, false)  \
   PATHATTN_BWD(T, D, false, true)   \

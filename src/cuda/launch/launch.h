@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <functional>
+
 #include "cuda/params.h"
 
 namespace pathattn::cuda {
@@ -26,8 +28,10 @@ template <typename T, int D, bool kGate, bool kDet>
 BwdGrid bwd_grid(int group);
 // bwd_prep, bwd_main, bwd_local, and the gate's reverse cumulative sum; the UT preprocess and the gate
 // cumulation run before (dispatch.cu).
+// mark(stage) after each stage: dispatch.cu's PATHATTN_CUDA_PROFILE timer.
+using StageMark = std::function<void(const char*)>;
 template <typename T, int D, bool kGate, bool kDet>
-void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream);
+void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, const StageMark& mark);
 void launch_bwd_gate(const BwdParams& p, cudaStream_t stream);
 
 }  // namespace pathattn::cuda
