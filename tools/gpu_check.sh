@@ -34,6 +34,26 @@ if ! ls /usr/lib/x86_64-linux-gnu/cmake/GTest /usr/local/lib/cmake/GTest >/dev/n
   fi
 fi
 
+# model mode first, and alone: it needs no googletest (tests off) and none of the builds below.
+if [ "$MODE" = model ]; then
+  # Same configuration as torch mode (same folder), so either mode reuses the other's kernels.
+  t0=$(date +%s)
+  if { cmake -S . -B build-gpu-torch -DPATHATTN_TORCH=ON -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=OFF -DPATHATTN_BENCH=OFF \
+         -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')" \
+         -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) &&
+       make -C build-gpu-torch -j16 bench_step; } > "$OUT/model_build.log" 2>&1; then
+    note "model build: ok ($(( $(date +%s) - t0 )) s)"
+    t0=$(date +%s)
+    timeout 180 build-gpu-torch/model/bench_step --device cuda --csv "$OUT/bench_step.csv" > "$OUT/bench_step.log" 2>&1
+    note "bench_step: rc=$? ($(( $(date +%s) - t0 )) s)"
+    # The table only (a failed mechanism's full error, with torch's backtrace, stays in bench_step.log).
+    grep -E '^(# |mechanism |[a-z-]+ +[0-9.]+ )' "$OUT/bench_step.log" | tee -a "$SUMMARY"
+  else
+    note "model build FAILED (see model_build.log)"; tail -20 "$OUT/model_build.log"
+  fi
+  echo "==== summary"; cat "$SUMMARY"; exit 0
+fi
+
 t0=$(date +%s)
 if ! { cmake -S . -B build-gpu -DPATHATTN_TORCH=OFF -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=ON -DPATHATTN_BENCH=ON -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) \
          "${PREFIX_ARGS[@]}" && make -C build-gpu -j16 test_cuda_forward bench_fwd; } > "$OUT/build.log" 2>&1; then
@@ -108,24 +128,6 @@ if [ "$MODE" = torch ]; then
     note "pytest (torch $(python3 -c 'import torch;print(torch.__version__)')): $(tail -1 "$OUT/pytest.log")"
   else
     note "torch extension build FAILED (see torch_build.log)"; tail -20 "$OUT/torch_build.log"
-  fi
-fi
-
-if [ "$MODE" = model ]; then
-  # Same configuration as torch mode (same folder), so either mode reuses the other's kernels.
-  t0=$(date +%s)
-  if { cmake -S . -B build-gpu-torch -DPATHATTN_TORCH=ON -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=OFF -DPATHATTN_BENCH=OFF \
-         -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')" \
-         -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) &&
-       make -C build-gpu-torch -j16 bench_step; } > "$OUT/model_build.log" 2>&1; then
-    note "model build: ok ($(( $(date +%s) - t0 )) s)"
-    t0=$(date +%s)
-    timeout 180 build-gpu-torch/model/bench_step --device cuda --csv "$OUT/bench_step.csv" > "$OUT/bench_step.log" 2>&1
-    note "bench_step: rc=$? ($(( $(date +%s) - t0 )) s)"
-    # The table only (a failed mechanism's full error, with torch's backtrace, stays in bench_step.log).
-    grep -E '^(# |mechanism |[a-z-]+ +[0-9.]+ )' "$OUT/bench_step.log" | tee -a "$SUMMARY"
-  else
-    note "model build FAILED (see model_build.log)"; tail -20 "$OUT/model_build.log"
   fi
 fi
 
