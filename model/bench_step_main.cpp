@@ -70,7 +70,11 @@ bool parse(int argc, char** argv, Options& o) {
                    "--precision auto|f32|bf16; --path-impl op|torch; --mlp 0: 8/3 width\n";
       return false;
     }
-    it->second(argv[i + 1]);
+    try {
+      it->second(argv[i + 1]);
+    } catch (const std::logic_error&) {  // std::stoll / std::stod: not a number, or out of range
+      throw std::invalid_argument(name + ": expected a number, got '" + argv[i + 1] + "'");
+    }
   }
   return true;
 }
@@ -104,8 +108,8 @@ struct Run {
 
 int main(int argc, char** argv) {
   Options o;
-  if (!parse(argc, argv, o)) return 1;
   try {
+    if (!parse(argc, argv, o)) return 1;
     at::set_num_threads(o.threads > 0 ? static_cast<int>(o.threads)
                                       : static_cast<int>(std::thread::hardware_concurrency()));
     if (o.device == "auto") o.device = torch::cuda::is_available() ? "cuda" : "cpu";
