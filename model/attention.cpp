@@ -27,10 +27,19 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
 
 torch::Tensor softmax_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                 const torch::Tensor& G, double scale) {
+  // rope and nope on CUDA: SDPA (FlashAttention for bf16/f16 at D <= 256, else memory-efficient or math), never a
+  // [T, S] logit matrix. SDPA's is_causal aligns the mask top-left, so only square (training, prefill) calls take
+  // it. FoX keeps the composed path below: its bias G_i - G_j would be a dense [B, H, T, S] mask, which rules
+  // FlashAttention out. The CPU keeps the composed path on every libtorch (its numbers are the recorded ones).
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
-  // SDPA's is_causal aligns the mask top-left, so only square (training, prefill) calls take it.
   if (q.is_cuda() && !G.defined() && q.size(2) == k.size(2)) {
     return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, scale);
+  }
+#elif TORCH_VERSION_MAJOR == 2
+  // torch 2.0's SDPA has no scale argument; its default is D^-1/2, the only scale the model uses.
+  if (q.is_cuda() && !G.defined() && q.size(2) == k.size(2) &&
+      std::abs(scale * std::sqrt(static_cast<double>(q.size(-1))) - 1.0) < 1e-12) {
+    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
   }
 #endif
   const int64_t T = q.size(2), S = k.size(2);

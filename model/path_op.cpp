@@ -16,27 +16,53 @@ bool have_path_op() {
 #endif
 }
 
+namespace {
+// The dtype each input goes to for this call. The op (SPEC 2): CUDA takes q, k, v in bf16 (f16 passes through)
+// and w, beta, g in f32; the CPU takes every input in one dtype, f32 (f64 for the tests). The plain-libtorch form
+// runs in f32 (f64 kept): its triangular solve has no bf16 kernel. Under bf16 autocast q, k, v arrive in bf16
+// and w, beta, g in f32 (attention.cpp computes them in f32), so on CUDA nothing is copied.
+struct CallDtypes {
+  torch::ScalarType qkv, wbg;
+};
+CallDtypes call_dtypes(PathImpl impl, const torch::Tensor& q) {
+  const auto st = q.scalar_type();
+  const auto acc = st == torch::kDouble ? torch::kDouble : torch::kFloat;
+  if (impl == PathImpl::op && q.is_cuda()) {
+    return {st == torch::kBFloat16 || st == torch::kHalf ? st : torch::kBFloat16, torch::kFloat};
+  }
+  return {acc, acc};
+}
+}  // namespace
+
 PathCall path_attention_call(PathImpl impl, const torch::Tensor& q, const torch::Tensor& k,
                              const torch::Tensor& v, const torch::Tensor& w, const torch::Tensor& beta,
                              const std::optional<torch::Tensor>& g, bool with_kcache) {
+#ifndef PATHATTN_MODEL_HAVE_OP
+  impl = PathImpl::torch;
+#endif
+  const CallDtypes dt = call_dtypes(impl, q);
+  auto qc = q.to(dt.qkv), kc = k.to(dt.qkv), vc = v.to(dt.qkv), wc = w.to(dt.wbg), bc = beta.to(dt.wbg);
+  std::optional<torch::Tensor> gc;
+  if (g) gc = g->to(dt.wbg);
+  PathCall r;
 #ifdef PATHATTN_MODEL_HAVE_OP
   if (impl == PathImpl::op) {
-    // The op's dtypes (SPEC 2): on the CPU every input has q's dtype; on CUDA w, beta and g stay f32.
-    const auto dt = q.is_cuda() ? torch::kFloat : q.scalar_type();
-    auto wc = w.to(dt), bc = beta.to(dt);
-    std::optional<torch::Tensor> gc;
-    if (g) gc = g->to(dt);
     if (with_kcache) {
-      auto r = pathattn::path_attention_ex(q, k, v, wc, bc, gc, std::nullopt, std::nullopt, true);
-      return {r.o, r.kcache};
+      auto ex = pathattn::path_attention_ex(qc, kc, vc, wc, bc, gc, std::nullopt, std::nullopt, true);
+      r = {ex.o, ex.kcache};
+    } else {
+      r = {pathattn::path_attention(qc, kc, vc, wc, bc, gc), {}};
     }
-    return {pathattn::path_attention(q, k, v, wc, bc, gc), {}};
   }
-#else
-  (void)impl;
 #endif
-  auto r = path_attention_chunked(q, k, v, w, beta, g, std::nullopt, with_kcache);
-  return {r.o, r.kcache};
+  if (impl == PathImpl::torch) {
+    auto ch = path_attention_chunked(qc, kc, vc, wc, bc, gc, std::nullopt, with_kcache);
+    r = {ch.o, ch.kcache};
+  }
+  // The caller gets its own dtypes back (o like v, the key cache like k): o_proj's input under f32 runs.
+  r.o = r.o.to(v.scalar_type());
+  if (r.kcache.defined()) r.kcache = r.kcache.to(k.scalar_type());
+  return r;
 }
 
 bool op_decode_available(PathImpl impl, const torch::Tensor& q) {

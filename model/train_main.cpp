@@ -27,6 +27,7 @@ std::string json_num(double x) {
 int main(int argc, char** argv) {
   CLI::App app{"Train a small PaTH / RoPE / FoX transformer on a synthetic task (flip-flop, A5, MQRAR-N)"};
   std::string task_name = "flipflop", mech = "path", device = "cpu", path_impl = have_path_op() ? "op" : "torch";
+  std::string precision = "auto";
   ModelConfig mc;
   TrainConfig tc;
   FlipFlopConfig ffc;
@@ -62,6 +63,8 @@ int main(int argc, char** argv) {
   app.add_option("--out", tc.out_dir, "output folder: metrics.csv, metrics.json, ckpt/");
   app.add_flag("--resume", tc.resume, "resume from <out>/ckpt if present");
   app.add_option("--device", device, "cpu | cuda")->capture_default_str();
+  app.add_option("--precision", precision, "auto (bf16 on cuda, f32 on cpu) | f32 | bf16 (autocast over f32 parameters)")
+      ->capture_default_str();
   app.add_option("--threads", threads, "CPU threads (0: all hardware threads)")->capture_default_str();
   app.add_option("--ff-pairs", ffc.pairs, "flip-flop: instruction-bit pairs per sequence")->capture_default_str();
   app.add_option("--ff-p-ignore", ffc.p_ignore, "flip-flop: training p(ignore)")->capture_default_str();
@@ -81,6 +84,7 @@ int main(int argc, char** argv) {
     } else if (device != "cpu") {
       throw std::invalid_argument("--device: expected cpu or cuda, got '" + device + "'");
     }
+    tc.precision = parse_precision(precision, tc.device);
     if (path_impl == "op") {
       if (!have_path_op()) throw std::invalid_argument("--path-impl op: this build has no pathattn_torch op");
       mc.path_impl = PathImpl::op;
@@ -103,7 +107,7 @@ int main(int argc, char** argv) {
     std::cout << "[" << label << "] " << model->num_parameters() << " parameters, layers " << mc.n_layer
               << ", width " << mc.d_model << ", heads " << mc.n_head << ", T " << task->seq_len() << ", batch "
               << tc.batch << ", steps " << tc.steps << ", lr " << tc.lr << ", threads " << at::get_num_threads()
-              << ", path impl " << path_impl << std::endl;
+              << ", path impl " << path_impl << ", " << device << " " << precision_name(tc.precision) << std::endl;
     auto r = train(model, *task, tc, label);
 
     std::cout << "[" << label << "] done: " << r.steps_done << " steps in " << r.seconds << " s";
@@ -117,7 +121,8 @@ int main(int argc, char** argv) {
          << "  \"seq_len\": " << task->seq_len() << ", \"batch\": " << tc.batch << ", \"steps\": " << tc.steps
          << ", \"steps_done\": " << r.steps_done << ", \"lr\": " << tc.lr << ", \"seed\": " << tc.seed << ",\n"
          << "  \"threads\": " << at::get_num_threads() << ", \"path_impl\": \"" << path_impl << "\", \"device\": \""
-         << device << "\",\n  \"train_seconds\": " << r.seconds << ", \"final_train_loss\": "
+         << device << "\", \"precision\": \"" << precision_name(tc.precision) << "\",\n  \"train_seconds\": "
+         << r.seconds << ", \"final_train_loss\": "
          << json_num(r.final_train_loss) << ",\n  \"error\": {";
       bool first = true;
       for (const auto& [k, v] : r.final_eval.error) {

@@ -58,8 +58,27 @@ void save_checkpoint(Transformer& model, torch::optim::AdamW& opt, const fs::pat
 
 }  // namespace
 
-EvalResult evaluate(Transformer& model, const std::vector<EvalSet>& sets, int64_t eval_batch, torch::Device dev) {
+torch::optim::AdamWOptions adamw_options(const TrainConfig& cfg) {
+  return torch::optim::AdamWOptions(cfg.lr).betas({cfg.beta1, cfg.beta2}).weight_decay(cfg.weight_decay);
+}
+
+torch::Tensor train_step(Transformer& model, torch::optim::AdamW& opt, const Batch& b, const TrainConfig& cfg) {
+  opt.zero_grad();
+  torch::Tensor loss;
+  {
+    AutocastGuard autocast(cfg.device, cfg.precision);
+    loss = masked_loss(model->forward(b.input), b);  // logits f32 in either precision
+  }
+  loss.backward();
+  if (cfg.clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), cfg.clip);
+  opt.step();
+  return loss;
+}
+
+EvalResult evaluate(Transformer& model, const std::vector<EvalSet>& sets, int64_t eval_batch, torch::Device dev,
+                    Precision precision) {
   torch::NoGradGuard no_grad;
+  AutocastGuard autocast(dev, precision);
   model->eval();
   EvalResult r;
   for (size_t si = 0; si < sets.size(); ++si) {
@@ -97,9 +116,7 @@ EvalResult evaluate(Transformer& model, const std::vector<EvalSet>& sets, int64_
 TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, const std::string& run_label) {
   model->to(cfg.device);
   model->train();
-  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(cfg.lr)
-                                                   .betas({cfg.beta1, cfg.beta2})
-                                                   .weight_decay(cfg.weight_decay));
+  torch::optim::AdamW opt(model->parameters(), adamw_options(cfg));
   const auto eval_sets = task.eval_sets(cfg.eval_size, cfg.seed + 7777);
   const fs::path out = cfg.out_dir;
   const fs::path ckpt = out / "ckpt";
@@ -136,11 +153,7 @@ TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, 
     const double lr = lr_at(cfg, step);
     for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
     auto b = to_device(draw_batch(task, cfg, step), cfg.device);
-    opt.zero_grad();
-    auto loss = masked_loss(model->forward(b.input), b);
-    loss.backward();
-    if (cfg.clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), cfg.clip);
-    opt.step();
+    auto loss = train_step(model, opt, b, cfg);
     ++step;
     loss_acc += loss.item<double>();
     ++loss_n;
@@ -156,7 +169,7 @@ TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, 
     }
     const bool last = step == cfg.steps;
     if ((cfg.eval_every > 0 && step % cfg.eval_every == 0) || last) {
-      auto ev = evaluate(model, eval_sets, cfg.eval_batch, cfg.device);
+      auto ev = evaluate(model, eval_sets, cfg.eval_batch, cfg.device, cfg.precision);
       last_loss = loss_acc / std::max<int64_t>(1, loss_n);
       loss_acc = 0;
       loss_n = 0;
@@ -187,7 +200,7 @@ TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, 
   res.steps_done = step;
   res.seconds = elapsed();
   res.final_train_loss = last_loss;
-  if (step == start_step) res.final_eval = evaluate(model, eval_sets, cfg.eval_batch, cfg.device);
+  if (step == start_step) res.final_eval = evaluate(model, eval_sets, cfg.eval_batch, cfg.device, cfg.precision);
   return res;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "precision.h"
 #include "task.h"
 #include "transformer.h"
 
@@ -32,6 +33,7 @@ struct TrainConfig {
   std::string out_dir;        // metrics.csv, metrics.json, ckpt/ (empty: nothing written)
   bool resume = false;
   torch::Device device = torch::kCPU;
+  Precision precision = Precision::f32;  // bf16: autocast over the f32 parameters (precision.h)
 };
 
 struct EvalResult {
@@ -52,7 +54,16 @@ double lr_at(const TrainConfig& cfg, int64_t step);  // step 0-based
 // Cross entropy over the masked positions.
 torch::Tensor masked_loss(const torch::Tensor& logits, const Batch& b);
 
-EvalResult evaluate(Transformer& model, const std::vector<EvalSet>& sets, int64_t eval_batch, torch::Device dev);
+EvalResult evaluate(Transformer& model, const std::vector<EvalSet>& sets, int64_t eval_batch, torch::Device dev,
+                    Precision precision = Precision::f32);
+
+// AdamW as the trainer configures it (betas, weight decay; the learning rate is set per step by train()).
+torch::optim::AdamWOptions adamw_options(const TrainConfig& cfg);
+
+// One optimisation step on a batch already on the model's device: zero the gradients, forward and masked loss
+// under cfg.precision, backward, gradient clipping (cfg.clip), AdamW. train() runs this; so does bench_step.
+// Returns the loss as a device scalar (reading it synchronises with the device).
+torch::Tensor train_step(Transformer& model, torch::optim::AdamW& opt, const Batch& b, const TrainConfig& cfg);
 
 TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, const std::string& run_label = "");
 

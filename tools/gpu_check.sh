@@ -8,6 +8,8 @@
 #   quick: the gpu tests and bench_fwd with per-stage times, no sanitizer, no baselines
 #   ncu:   the gpu tests, then Nsight Compute on one 32 x 4096 (H 32, D 64) forward: each kernel once
 #   torch: the torch extension built against the machine's torch (CUDA on) and pytest tests/python on it
+#   model: the C++ model's training-step benchmark (bench_step: PaTH on our CUDA op vs RoPE on SDPA, bf16,
+#          98M parameters, T 4096, batch 8), built against the machine's torch in build-gpu-torch
 #
 # Expects third_party_fetched/googletest (a copy of /usr/src/googletest; the GPU image has no gtest) and
 # third_party_fetched/fla (a work tree of fla-org/flash-linear-attention) to be carried along (git-ignored).
@@ -32,6 +34,26 @@ if ! ls /usr/lib/x86_64-linux-gnu/cmake/GTest /usr/local/lib/cmake/GTest >/dev/n
        >/dev/null && make -C /tmp/gtest-build -j16 install >/dev/null) || note "googletest build FAILED"
     PREFIX_ARGS=(-DCMAKE_PREFIX_PATH=/tmp/gtest)
   fi
+fi
+
+# model mode first, and alone: it needs no googletest (tests off) and none of the builds below.
+if [ "$MODE" = model ]; then
+  # Same configuration as torch mode (same folder), so either mode reuses the other's kernels.
+  t0=$(date +%s)
+  if { cmake -S . -B build-gpu-torch -DPATHATTN_TORCH=ON -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=OFF -DPATHATTN_BENCH=OFF \
+         -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')" \
+         -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) &&
+       make -C build-gpu-torch -j16 bench_step; } > "$OUT/model_build.log" 2>&1; then
+    note "model build: ok ($(( $(date +%s) - t0 )) s)"
+    t0=$(date +%s)
+    timeout 180 build-gpu-torch/model/bench_step --device cuda --csv "$OUT/bench_step.csv" > "$OUT/bench_step.log" 2>&1
+    note "bench_step: rc=$? ($(( $(date +%s) - t0 )) s)"
+    # The table only (a failed mechanism's full error, with torch's backtrace, stays in bench_step.log).
+    grep -E '^(# |mechanism |[a-z-]+ +[0-9.]+ )' "$OUT/bench_step.log" | tee -a "$SUMMARY"
+  else
+    note "model build FAILED (see model_build.log)"; tail -20 "$OUT/model_build.log"
+  fi
+  echo "==== summary"; cat "$SUMMARY"; exit 0
 fi
 
 t0=$(date +%s)

@@ -53,6 +53,47 @@ TEST(Model, GradientsReachEveryParameter) {
   }
 }
 
+// bf16 autocast (precision.h) on the CPU, where it can be checked here: matmuls run in bf16 inside the guard and in
+// f32 after it, the logits stay f32 and near the f32 model's, the parameters and their gradients stay f32 (AdamW's
+// master copy), every parameter gets a gradient. PaTH goes through path_op's casts (the op in f32 on the CPU).
+TEST(Model, Bf16AutocastKeepsF32ParametersAndGradients) {
+  const auto x = torch::randn({3, 8}), wt = torch::randn({5, 8});
+  {
+    AutocastGuard guard(torch::kCPU, Precision::bf16);
+    EXPECT_EQ(torch::nn::functional::linear(x, wt).scalar_type(), torch::kBFloat16);
+    AutocastGuard nested(torch::kCPU, Precision::f32);  // f32: no change
+    EXPECT_EQ(torch::nn::functional::linear(x, wt).scalar_type(), torch::kBFloat16);
+  }
+  EXPECT_EQ(torch::nn::functional::linear(x, wt).scalar_type(), torch::kFloat);
+  for (auto m : kAll) {
+    torch::manual_seed(4);
+    auto cfg = tiny(m);
+    Transformer model(cfg);
+    auto tokens = torch::randint(0, cfg.vocab, {2, 40}, torch::kLong);
+    torch::Tensor ref;
+    {
+      torch::NoGradGuard ng;
+      ref = model->forward(tokens);  // [B, T, V] f32
+    }
+    torch::Tensor logits;
+    {
+      AutocastGuard guard(torch::kCPU, Precision::bf16);
+      logits = model->forward(tokens);
+    }
+    ASSERT_EQ(logits.scalar_type(), torch::kFloat) << label(m);
+    const double err = (logits - ref).abs().max().item<double>() / ref.abs().max().item<double>();
+    EXPECT_GT(err, 0.0) << label(m) << ": identical to f32, so bf16 did not run";
+    EXPECT_LT(err, test_tol::kBf16VsF32) << label(m);
+    logits.pow(2).mean().backward();
+    for (const auto& p : model->named_parameters()) {
+      EXPECT_EQ(p.value().scalar_type(), torch::kFloat) << label(m) << ": " << p.key();
+      ASSERT_TRUE(p.value().grad().defined()) << label(m) << ": no gradient for " << p.key();
+      EXPECT_EQ(p.value().grad().scalar_type(), torch::kFloat) << label(m) << ": " << p.key();
+      EXPECT_GT(p.value().grad().abs().max().item<double>(), 0.0) << label(m) << ": zero gradient for " << p.key();
+    }
+  }
+}
+
 // Prefill of a prompt, then one token at a time through the KV cache: the logits equal the full forward's
 // (f64 so that the comparison is tight). PaTH: the prefill's key cache, H_t applied per step, the conv state.
 TEST(Model, KVCacheDecodingEqualsFullForward) {

@@ -12,6 +12,12 @@ constexpr double kF64Paths = 1e-10;
 // kF32VsF64, SPEC 6), relative to the output's scale.
 constexpr double kF32VsF64 = 1e-4;
 
+// The model under bf16 autocast against the same model in f32 (logits, relative to their largest magnitude):
+// bf16 keeps 8 significant bits (unit roundoff 2^-9 ~ 2e-3) and a 2-layer forward rounds its operands about 8
+// times in sequence (norm output, q/k/v, attention output, o_proj, MLP in and out, head), so about 2e-2 at
+// worst; a wrong or missing term moves logits by O(1) of their scale.
+constexpr double kBf16VsF32 = 3e-2;
+
 // Overfitting one batch: the masked loss must fall below this fraction of its start (ln 5 ~ 1.6 for flip-flop);
 // a model that does not learn stays near 1.
 constexpr double kOverfitRatio = 0.2;
