@@ -7,7 +7,10 @@
 #          on small forward and backward cases, bench_fwd --bwd (forward, backward, both summation modes) + baselines
 #   quick: the gpu tests and bench_fwd with per-stage times, no sanitizer, no baselines
 #   ncu:   the gpu tests, then Nsight Compute on one 32 x 4096 (H 32, D 64) forward: each kernel once
-#   torch: the torch extension built against the machine's torch (CUDA on) and pytest tests/python on it
+#   torch: the torch extension and the model built against the machine's torch (CUDA on), pytest tests/python on
+#          it, bench/cuda/bench_train.py (forward+backward, peak memory, beside SDPA and fla) and bench_step
+#          (a ~100M-parameter PaTH vs RoPE training step); SKIP_TRAIN_BENCH=1 stops after pytest
+#   model: only the model's bench_step
 #   model: the C++ model's training-step benchmark (bench_step: PaTH on our CUDA op vs RoPE on SDPA, bf16,
 #          98M parameters, T 4096, batch 8), built against the machine's torch in build-gpu-torch
 #
@@ -57,18 +60,18 @@ if [ "$MODE" = model ]; then
 fi
 
 t0=$(date +%s)
-if ! { cmake -S . -B build-gpu -DPATHATTN_TORCH=OFF -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=ON -DPATHATTN_BENCH=ON -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) \
+if [ "$MODE" != torch ] && ! { cmake -S . -B build-gpu -DPATHATTN_TORCH=OFF -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=ON -DPATHATTN_BENCH=ON -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) \
          "${PREFIX_ARGS[@]}" && make -C build-gpu -j16 test_cuda_forward test_cuda_backward bench_fwd; } > "$OUT/build.log" 2>&1; then
   note "BUILD FAILED (see build.log)"; tail -30 "$OUT/build.log"; exit 1
 fi
-note "build: ok ($(( $(date +%s) - t0 )) s)"
+[ "$MODE" != torch ] && note "build: ok ($(( $(date +%s) - t0 )) s)"
 # Opcode histogram of the D = 64 main kernel (bf16, no gate): what a warp issues (docs/perf/notes.md).
 if command -v cuobjdump >/dev/null; then
-  cuobjdump -sass -fun '_ZN8pathattn4cuda16fwd_wgmma_kernelI13__nv_bfloat16Lb0EEEvNS0_6ParamsE14CUtensorMap_stS4_S4_' \
+  cuobjdump -sass -fun '_ZN8pathattn4cuda16fwd_wgmma_kernelI13__nv_bfloat16Lb0EEEvNS0_9FwdParamsE14CUtensorMap_stS4_S4_' \
     build-gpu/bench/cuda/bench_fwd 2>/dev/null | grep -oE '^ +/\*[0-9a-f]{4}\*/ +[A-Z0-9_.]+' | awk '{print $2}' |
     sort | uniq -c | sort -rn > "$OUT/sass_fwd_wgmma.txt" || true
 fi
-grep -A2 "Compiling entry function.*fwd_kernel" "$OUT/build.log" | grep -E "entry|registers|spill" | tail -24 >> "$SUMMARY" || true
+grep -A2 "Compiling entry function.*\(fwd_kernel\|bwd_main\|bwd_local\)" "$OUT/build.log" | grep -E "entry|registers|spill" | tail -48 >> "$OUT/registers.txt" || true
 
 if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ] || [ "$MODE" = ncu ]; then
   t0=$(date +%s)
@@ -126,15 +129,29 @@ if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
 fi
 
 if [ "$MODE" = torch ]; then
+  # The torch extension and the C++ model against the machine's torch; pytest; forward+backward and peak memory
+  # beside SDPA and fla (bench/cuda/bench_train.py); one training step of PaTH vs RoPE (model/bench_step_main.cpp).
   t0=$(date +%s)
   if { cmake -S . -B build-gpu-torch -DPATHATTN_TORCH=ON -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=OFF -DPATHATTN_BENCH=OFF \
          -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')" \
          -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) &&
-       make -C build-gpu-torch -j16 pathattn_torch; } > "$OUT/torch_build.log" 2>&1; then
-    note "torch extension build: ok ($(( $(date +%s) - t0 )) s)"
-    PATHATTN_LIBRARY=$(find build-gpu-torch -name 'libpathattn_torch.so' | head -1) PYTHONPATH=$ROOT/python \
-      python3 -m pytest -q tests/python > "$OUT/pytest.log" 2>&1
-    note "pytest (torch $(python3 -c 'import torch;print(torch.__version__)')): $(tail -1 "$OUT/pytest.log")"
+       make -C build-gpu-torch -j16 pathattn_torch bench_step; } > "$OUT/torch_build.log" 2>&1; then
+    note "torch extension + model build: ok ($(( $(date +%s) - t0 )) s)"
+    LIB=$(find build-gpu-torch -name 'libpathattn_torch.so' | head -1)
+    t0=$(date +%s)
+    PATHATTN_LIBRARY=$LIB PYTHONPATH=$ROOT/python timeout 200 python3 -m pytest -q tests/python > "$OUT/pytest.log" 2>&1
+    note "pytest (torch $(python3 -c 'import torch;print(torch.__version__)')): $(tail -1 "$OUT/pytest.log") ($(( $(date +%s) - t0 )) s)"
+    if [ "${SKIP_TRAIN_BENCH:-0}" != 1 ]; then
+      t0=$(date +%s)
+      PYTHONUNBUFFERED=1 PATHATTN_LIBRARY=$LIB PYTHONPATH=$ROOT/python:$ROOT/third_party_fetched/fla \
+        timeout ${TRAIN_BENCH_TIMEOUT:-300} python3 bench/cuda/bench_train.py --budget-s ${TRAIN_BENCH_BUDGET:-200} \
+        --md "$OUT/train.md" --csv "$OUT/train.csv" ${TRAIN_BENCH_ARGS:-} > "$OUT/train.log" 2>&1
+      note "bench_train: rc=$? ($(( $(date +%s) - t0 )) s)"
+      t0=$(date +%s)
+      timeout 180 build-gpu-torch/model/bench_step --device cuda --csv "$OUT/bench_step.csv" > "$OUT/bench_step.log" 2>&1
+      note "bench_step: rc=$? ($(( $(date +%s) - t0 )) s)"
+      grep -E '^(# |mechanism |[a-z-]+ +[0-9.]+ )' "$OUT/bench_step.log" | tee -a "$SUMMARY"
+    fi
   else
     note "torch extension build FAILED (see torch_build.log)"; tail -20 "$OUT/torch_build.log"
   fi
@@ -142,5 +159,6 @@ fi
 
 echo "==== summary"
 cat "$SUMMARY"
+[ -f "$OUT/train.md" ] && cat "$OUT/train.md"
 [ -f "$OUT/table.md" ] && cat "$OUT/table.md"
 exit 0
