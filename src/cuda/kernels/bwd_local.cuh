@@ -3,19 +3,19 @@
 // quantities (Q^, S, K^, U, M and the UT solve T), the chunk product's gradient dP_j from the main kernel turned
 // into dW, dU (Eq. 34), and the final writes of dq, dk, dv, dw, dbeta (and dG's diagonal part).
 //
-// Everything is f32 (SPEC 6: beta, w, the solve and the factors stay f32), on CUDA cores: 256 threads, C x C
-// matrices in shared memory, C x D ones in the CTA's f32 scratch slot (global memory, L1/L2-resident) or in the
+// Everything is f32 (SPEC 6: beta, w, the solve and the factors stay f32), the products on the tensor cores in
+// 3xTF32 (mm below): 256 threads, C x C matrices in shared memory, C x D ones in the CTA's f32 scratch slot (global memory, L1/L2-resident) or in the
 // workspace's accumulators, which this kernel finishes in place (dqacc -> dq, dkacc -> dk, dvacc -> dv).
 // Persistent CTAs stride over the (chunk, kv head) tasks; each CTA owns one scratch slot, so the scratch is
 // linear in the number of resident CTAs, not in T.
 //
-// It is O(T C D) work against the main kernel's O(T^2 D), but on CUDA cores (f32 FMA) rather than tensor cores:
-// docs/perf/notes.md has its measured share.
+// It is O(T C D) work against the main kernel's O(T^2 D); docs/perf/notes.md has its measured share.
 #pragma once
 
 #include <type_traits>
 
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/tf32.cuh"
 #include "cuda/params.h"
 
 namespace pathattn::cuda {
@@ -32,37 +32,41 @@ __device__ __forceinline__ float to_f(float x) { return x; }
 __device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
 
-// Cm[64 x N] (+)= alpha * A B with A(i, k) = A[i * ai + k * ak] and B(k, j) = B[k * bk + j * bj], k < K. Generic
-// pointers (shared or global). Thread (ty, tx) of a 16 x 16 grid computes rows ty + 16a, columns tx + 16b. Ends with
-// a barrier: the next product may read Cm.
+// Cm[64 x N] (+)= alpha * A B with A(i, k) = A[i * ai + k * ak] and B(k, j) = B[k * bk + j * bj], k < K (a multiple
+// of 8). Generic pointers (shared or global). On the tensor cores in 3xTF32 (~f32 accuracy, SPEC 6): warp w owns
+// rows 16 (w % 4).. and the column half w / 4. The first version (f32 FMA, a 16 x 16 thread grid) spent 187 of a
+// 290 ms backward here at 32 x 4096, D = 64 (docs/perf/notes.md). Ends with a barrier: the next product may read Cm.
 template <int N>
 __device__ __forceinline__ void mm(float* Cm, int ldc, const float* A, int ai, int ak, const float* Bm, int bk, int bj,
                                    int K, float alpha, bool accumulate) {
-  constexpr int NB = N / 16;
-  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  float r[4][NB];
+  constexpr int NT = N / 16;  // n tiles of 8 per warp
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int r0 = 16 * (warp % 4), c0 = (warp / 4) * (N / 2);
+  float acc[NT][4];
 #pragma unroll
-  for (int a = 0; a < 4; ++a)
+  for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+#pragma unroll 2
+  for (int k0 = 0; k0 < K; k0 += 8) {
+    const float a[4] = {A[(r0 + g) * ai + (k0 + t) * ak], A[(r0 + g + 8) * ai + (k0 + t) * ak],
+                        A[(r0 + g) * ai + (k0 + t + 4) * ak], A[(r0 + g + 8) * ai + (k0 + t + 4) * ak]};
+    uint32_t ah[4], al[4];
 #pragma unroll
-    for (int b = 0; b < NB; ++b) r[a][b] = 0.f;
-#pragma unroll 4
-  for (int k = 0; k < K; ++k) {
-    float x[4], y[NB];
+    for (int i = 0; i < 4; ++i) {
+      ah[i] = tf32_bits(a[i]);
+      al[i] = tf32_bits(a[i] - __uint_as_float(ah[i]));
+    }
 #pragma unroll
-    for (int a = 0; a < 4; ++a) x[a] = A[(ty + 16 * a) * ai + k * ak];
-#pragma unroll
-    for (int b = 0; b < NB; ++b) y[b] = Bm[k * bk + (tx + 16 * b) * bj];
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int b = 0; b < NB; ++b) r[a][b] = fmaf(x[a], y[b], r[a][b]);
+    for (int nt = 0; nt < NT; ++nt) {
+      const int n = c0 + nt * 8 + g;
+      mma_split_a<true>(acc[nt], ah, al, Bm[(k0 + t) * bk + n * bj], Bm[(k0 + t + 4) * bk + n * bj]);
+    }
   }
 #pragma unroll
-  for (int a = 0; a < 4; ++a)
+  for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int b = 0; b < NB; ++b) {
-      float* c = Cm + (ty + 16 * a) * ldc + tx + 16 * b;
-      *c = accumulate ? *c + alpha * r[a][b] : alpha * r[a][b];
+    for (int e = 0; e < 4; ++e) {
+      float* c = Cm + (r0 + g + 8 * (e / 2)) * ldc + c0 + nt * 8 + 2 * t + e % 2;
+      *c = accumulate ? *c + alpha * acc[nt][e] : alpha * acc[nt][e];
     }
   __syncthreads();
 }

@@ -27,6 +27,7 @@
 #pragma once
 
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/tf32.cuh"
 #include "cuda/params.h"
 
 #include <type_traits>
@@ -42,36 +43,10 @@ constexpr int LS = C + 8;  // f32 row stride of C x C tiles: 8 (mod 32) keeps bo
 // every factor, so the solve keeps ~f32 accuracy; false gives plain TF32 (a third of the solve's mma).
 constexpr bool kSolve3xTf32 = true;
 
-__device__ __forceinline__ uint32_t tf32_bits(float x) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-  return r;
-}
-__device__ __forceinline__ float tf32(float x) { return __uint_as_float(tf32_bits(x)); }
-
-// d += a b, m16n8k8, TF32 operands, f32 accumulation.
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// d += a b for f32 operands not yet rounded: 3xTF32 (small terms first) or plain TF32 (kSolve3xTf32).
-__device__ __forceinline__ void mma_f32_split(float (&d)[4], const float (&a)[4], float b0, float b1) {
-  uint32_t ah[4], al[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    ah[i] = tf32_bits(a[i]);
-    al[i] = tf32_bits(a[i] - __uint_as_float(ah[i]));
-  }
-  const uint32_t bh0 = tf32_bits(b0), bh1 = tf32_bits(b1);
-  if constexpr (kSolve3xTf32) {
-    mma_tf32(d, al, bh0, bh1);
-    mma_tf32(d, ah, tf32_bits(b0 - __uint_as_float(bh0)), tf32_bits(b1 - __uint_as_float(bh1)));
-  }
-  mma_tf32(d, ah, bh0, bh1);
-}
+using cuda::mma_f32_split;  // tf32.cuh: the shared TF32 primitives
+using cuda::mma_tf32;
+using cuda::tf32;
+using cuda::tf32_bits;
 
 // Warp products acc[16 x 8*NT] += A[16 x K] B[K x 8*NT] on values already TF32-exact (rounded when stored, or
 // bf16/f16 inputs), so fragments are plain shared-memory loads.
@@ -164,7 +139,7 @@ __device__ __forceinline__ void tile16_f32(float (&acc)[2][4], FA afrag, FB b2) 
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
       const float2 bb = b2(8 * ks + 2 * t, 8 * nt + g);
-      mma_f32_split(acc[nt], a, bb.x, bb.y);
+      mma_f32_split<kSolve3xTf32>(acc[nt], a, bb.x, bb.y);
     }
   }
 }
