@@ -90,3 +90,22 @@ def test_decode_on_cuda_is_a_named_error():
     xc.pop("cu_seqlens")
     with pytest.raises(RuntimeError, match="decode runs on CPU float32"):
         pathattn.decode(**xc, cache=pathattn.DecodeCache(1, 8, 1, D))
+
+
+@pytest.mark.parametrize("gate", [False, True])
+def test_layer_is_causal_on_cuda(gate):
+    """The layer (short conv, gate, op) on CUDA in bf16: changing the tokens after position t changes nothing before
+    t, and the gradient of a loss on the outputs before t is zero on the inputs after t, through the CUDA backward."""
+    torch.manual_seed(5)
+    layer = pathattn.PaTHAttention(hidden_size=256, num_heads=4, use_forget_gate=gate).cuda()
+    T, t = 300, 137
+    x = torch.randn(2, T, 256, device="cuda", requires_grad=True)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y = layer(x)
+        x2 = x.detach().clone()
+        x2[:, t:] = torch.randn_like(x2[:, t:])
+        y2 = layer(x2)
+    assert torch.equal(y[:, :t], y2[:, :t])
+    y[:, :t].float().square().sum().backward()
+    assert x.grad[:, :t].abs().sum() > 0
+    assert torch.count_nonzero(x.grad[:, t:]) == 0
