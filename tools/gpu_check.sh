@@ -147,6 +147,8 @@ if [ "$MODE" = torch ]; then
         timeout ${TRAIN_BENCH_TIMEOUT:-300} python3 bench/cuda/bench_train.py --budget-s ${TRAIN_BENCH_BUDGET:-200} \
         --md "$OUT/train.md" --csv "$OUT/train.csv" ${TRAIN_BENCH_ARGS:-} > "$OUT/train.log" 2>&1
       note "bench_train: rc=$? ($(( $(date +%s) - t0 )) s)"
+    fi
+    if [ "${SKIP_TRAIN_BENCH:-0}" != 1 ] && [ "${SKIP_STEP_BENCH:-0}" != 1 ]; then
       t0=$(date +%s)
       timeout 180 build-gpu-torch/model/bench_step --device cuda --csv "$OUT/bench_step.csv" > "$OUT/bench_step.log" 2>&1
       note "bench_step: rc=$? ($(( $(date +%s) - t0 )) s)"
