@@ -9,26 +9,12 @@ gate is used here, so that does not matter.
 """
 import argparse
 import csv
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 
-
-def time_ms(fn, sets, iters):
-    for i in range(3):
-        fn(sets[i % len(sets)])
-    torch.cuda.synchronize()
-    out = []
-    for i in range(iters):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        fn(sets[i % len(sets)])
-        e1.record()
-        e1.synchronize()
-        out.append(e0.elapsed_time(e1))
-    return statistics.median(out)
+from bench_train import time_ms  # one timing method for both benchmarks (same folder)
 
 
 def sdpa_ms(B, T, H, D, iters):

@@ -27,6 +27,23 @@ struct GpuSpec {
 // gtest prints a failing case's parameter with this (instead of its bytes).
 inline void PrintTo(const GpuSpec& g, std::ostream* os) { *os << g.name() << "_seed" << g.s.seed; }
 
+// The cases every CUDA op is tested on (forward and backward add their own): both dtypes and head dimensions,
+// lengths around the chunk size C = 64 and across many chunks, GQA with the gate, varlen with length-1 sequences.
+inline std::vector<GpuSpec> core_cases() {
+  std::vector<GpuSpec> c;
+  for (DType dt : {DType::bf16, DType::f16})
+    for (int64_t D : {64, 128}) {
+      for (int64_t T : {1, 2, 63, 64, 65, 200, 1000})
+        c.push_back({{.B = T >= 1000 ? 1 : 2, .T = T, .H = 2, .HQ = 2, .D = D, .DV = D, .seed = 11 + uint64_t(T)}, dt});
+      for (int64_t T : {65, 200})  // GQA (HQ / H = 4) with the gate
+        c.push_back({{.B = 1, .T = T, .H = 1, .HQ = 4, .D = D, .DV = D, .gate = true, .seed = 3}, dt});
+      // Varlen: length-1 sequences and sequences that straddle chunk boundaries of the packed tensor.
+      c.push_back({{.B = 1, .T = 331, .H = 2, .HQ = 4, .D = D, .DV = D, .gate = dt == DType::bf16,
+                    .seqlens = {1, 63, 1, 130, 64, 65, 7}, .seed = 5}, dt});
+    }
+  return c;
+}
+
 // The inputs of P on the device (permuted views when the spec says so) and the Inputs that point at them.
 struct DevInputs {
   DevTensor q, k, v, w, beta;

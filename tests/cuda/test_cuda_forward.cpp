@@ -55,19 +55,7 @@ TEST_P(CudaForward, MatchesReference) {
 }
 
 std::vector<GpuSpec> cases() {
-  std::vector<GpuSpec> c;
-  for (DType dt : {DType::bf16, DType::f16})
-    for (int64_t D : {64, 128}) {
-      // Lengths around the chunk size C = 64, and long enough to cross many chunks.
-      for (int64_t T : {1, 2, 63, 64, 65, 200, 1000})
-        c.push_back({{.B = T >= 1000 ? 1 : 2, .T = T, .H = 2, .HQ = 2, .D = D, .DV = D, .seed = 11 + uint64_t(T)}, dt});
-      // GQA (HQ / H = 4) with the gate.
-      for (int64_t T : {65, 200})
-        c.push_back({{.B = 1, .T = T, .H = 1, .HQ = 4, .D = D, .DV = D, .gate = true, .seed = 3}, dt});
-      // Varlen: length-1 sequences and sequences that straddle chunk boundaries of the packed tensor.
-      c.push_back({{.B = 1, .T = 331, .H = 2, .HQ = 4, .D = D, .DV = D, .gate = dt == DType::bf16,
-                    .seqlens = {1, 63, 1, 130, 64, 65, 7}, .seed = 5}, dt});
-    }
+  std::vector<GpuSpec> c = core_cases();
   // beta near 0, 1 (singular H_t), 2 (reflection-like), with and without gate, GQA.
   for (BetaDist bd : {BetaDist::near0, BetaDist::near1, BetaDist::near2})
     for (bool gate : {false, true})

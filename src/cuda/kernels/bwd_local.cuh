@@ -16,6 +16,7 @@
 
 #include "cuda/kernels/common.cuh"
 #include "cuda/kernels/tf32.cuh"
+#include "cuda/kernels/ut_solve.cuh"
 #include "cuda/params.h"
 
 namespace pathattn::cuda {
@@ -102,6 +103,22 @@ __device__ __forceinline__ void mask(float* X, F keep) {
   __syncthreads();
 }
 
+// Backward of X = b strict_lower(M) (Y and A of Eq. 12, 10) given dX in dX (C x C): dbeta_i += sum_{j<i} dX_ij M_ij,
+// then dX becomes d loss / d M = b_i dX_ij on the strict lower part, 0 elsewhere. One thread per row.
+__device__ __forceinline__ void strict_lower_beta_backward(float* dX, const float* M, const float* beta, float* dbeta) {
+  if (threadIdx.x < C) {
+    const int i = threadIdx.x;
+    float acc = 0.f;
+    for (int j = 0; j < C; ++j) {
+      const float x = j < i ? dX[i * LC + j] : 0.f;
+      acc = fmaf(x, M[i * LC + j], acc);
+      dX[i * LC + j] = beta[i] * x;
+    }
+    dbeta[i] += acc;
+  }
+  __syncthreads();
+}
+
 }  // namespace local_detail
 
 template <int D>
@@ -166,15 +183,7 @@ __global__ void __launch_bounds__(256, 1) bwd_local_kernel(const BwdParams p) {
       sY[i * LC + j] = j < i ? sBeta[i] * sY[i * LC + j] : 0.f;
     }
     __syncthreads();
-    // T = (I + A)^{-1} by forward substitution, one column per thread (columns are independent).
-    if (tid < C) {
-      const int c = tid;
-      for (int i = 0; i < C; ++i) {
-        float s = 0.f;
-        for (int l = c; l < i; ++l) s = fmaf(s0[i * LC + l], sT[l * LC + c], s);
-        sT[i * LC + c] = i < c ? 0.f : (i == c ? 1.f : -s);
-      }
-    }
+    ut_solve_f32<C>(s0, LC, sT, LC);  // T = (I + A)^{-1} (Eq. 10)
     __syncthreads();
     mm<C>(sKc, LC, sT, LC, 1, sY, LC, 1, C, 1.f, false);  // Kcorr = T Y
     mm<D>(U, D, sT, LC, 1, bW, D, 1, C, 1.f, false);      // U = T b W
@@ -251,17 +260,7 @@ __global__ void __launch_bounds__(256, 1) bwd_local_kernel(const BwdParams p) {
     mm<C>(s1, LC, W, D, 1, K, 1, D, D, 1.f, false);         // M = W K^T
     mm<C>(s0, LC, sDKc, LC, 1, sY, 1, LC, C, 1.f, false);   // dT = dKcorr Y^T
     mm<C>(s2, LC, sT, 1, LC, sDKc, LC, 1, C, 1.f, false);   // dY = T^T dKcorr
-    if (tid < C) {  // Y = b strict_lower(M): dbeta_i += sum_j dY_ij M_ij, then dM = b dY
-      const int i = tid;
-      float acc = 0.f;
-      for (int jj = 0; jj < C; ++jj) {
-        const float y = jj < i ? s2[i * LC + jj] : 0.f;
-        acc = fmaf(y, s1[i * LC + jj], acc);
-        s2[i * LC + jj] = sBeta[i] * y;
-      }
-      sDbeta[i] += acc;
-    }
-    __syncthreads();
+    strict_lower_beta_backward(s2, s1, sBeta, sDbeta);  // Y = b strict_lower(M): dbeta, then dM = b dY
     mm<D>(dW, D, s2, LC, 1, K, D, 1, C, 1.f, true);         // dW += dM K
     mm<D>(dk, D, s2, 1, LC, W, D, 1, C, 1.f, true);         // dk += dM^T W
     mm<C>(s0, LC, dU, D, 1, bW, 1, D, D, 1.f, true);        // dT += dU (b W)^T
@@ -276,17 +275,7 @@ __global__ void __launch_bounds__(256, 1) bwd_local_kernel(const BwdParams p) {
     mm<C>(s2, LC, sT, 1, LC, s0, LC, 1, C, 1.f, false);     // T^T dT
     mm<C>(s3, LC, s2, LC, 1, sT, 1, LC, C, -1.f, false);    // dA = -T^T dT T^T (Eq. 30)
     mm<C>(s1, LC, W, D, 1, W, 1, D, D, 1.f, false);         // W W^T
-    if (tid < C) {  // A = b strict_lower(W W^T): dbeta_i += sum_j dA_ij (W W^T)_ij, then dN = b dA
-      const int i = tid;
-      float acc = 0.f;
-      for (int jj = 0; jj < C; ++jj) {
-        const float a = jj < i ? s3[i * LC + jj] : 0.f;
-        acc = fmaf(a, s1[i * LC + jj], acc);
-        s3[i * LC + jj] = sBeta[i] * a;
-      }
-      sDbeta[i] += acc;
-    }
-    __syncthreads();
+    strict_lower_beta_backward(s3, s1, sBeta, sDbeta);  // A = b strict_lower(W W^T): dbeta, then dN = b dA
     mm<D>(dW, D, s3, LC, 1, W, D, 1, C, 1.f, true);         // dW += (dN + dN^T) W
     mm<D>(dW, D, s3, 1, LC, W, D, 1, C, 1.f, true);
 

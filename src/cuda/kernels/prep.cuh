@@ -7,6 +7,7 @@
 #pragma once
 
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/ut_solve.cuh"
 #include "cuda/params.h"
 
 namespace pathattn::cuda {
@@ -105,16 +106,7 @@ __global__ void __launch_bounds__(256) prep_kernel(FwdParams p) {
   }
   __syncthreads();
 
-  // T = (I + A)^{-1} by forward substitution, one column per thread: T[i][c] = [i == c] - sum_{c <= l < i} A[i][l] T[l][c].
-  // Columns are independent, so no barrier inside the loop.
-  if (tid < C) {
-    const int c = tid;
-    for (int i = 0; i < C; ++i) {
-      float s = 0.f;
-      for (int l = c; l < i; ++l) s = fmaf(sA[i * LC + l], sT[l * LC + c], s);
-      sT[i * LC + c] = i < c ? 0.f : (i == c ? 1.f : -s);
-    }
-  }
+  ut_solve_f32<C>(sA, LC, sT, LC);  // T = (I + A)^{-1} (Eq. 10)
   __syncthreads();
 
   const int64_t base = ((int64_t)gc * p.H + h) * C;  // row index of this (chunk, head) in the workspace
