@@ -18,37 +18,48 @@ void mask_lower(float* X, int64_t n, bool strict) {
 }  // namespace
 
 void chunk_key_side(const ChunkFactors& f) {
+  // In f64, stored as f32: the triangular solve and the products after it cancel when the directions are near
+  // parallel and beta near 2, and their f32 rounding reached every gradient (see chunk_key_side_backward). O(C^2 D)
+  // per chunk.
   const int64_t n = f.n, D = f.D;
+  const std::vector<double> w(f.w, f.w + n * D), k(f.k, f.k + n * D), beta(f.beta, f.beta + n);
   // A = strict_lower(b W W^T), then T = (I + A)^{-1} by forward substitution: T_i = e_i - sum_{a<i} A_ia T_a.
-  std::vector<float> A(n * n);
-  gemm(false, true, n, n, D, 1.f, f.w, D, f.w, D, 0.f, A.data(), n);
+  std::vector<double> A(n * n), T(n * n, 0.0);
+  gemm(false, true, n, n, D, 1.0, w.data(), D, w.data(), D, 0.0, A.data(), n);
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < n; ++j) A[i * n + j] = j < i ? f.beta[i] * A[i * n + j] : 0.f;
-  std::fill(f.T, f.T + n * n, 0.f);
+    for (int64_t j = 0; j < n; ++j) A[i * n + j] = j < i ? beta[i] * A[i * n + j] : 0.0;
   for (int64_t i = 0; i < n; ++i) {
-    float* Ti = f.T + i * n;
-    Ti[i] = 1.f;
+    double* Ti = &T[i * n];
+    Ti[i] = 1.0;
     for (int64_t a = 0; a < i; ++a) {
-      const float c = A[i * n + a];
-      if (c == 0.f) continue;
-      const float* Ta = f.T + a * n;
+      const double c = A[i * n + a];
+      if (c == 0.0) continue;
+      const double* Ta = &T[a * n];
       for (int64_t j = 0; j <= a; ++j) Ti[j] -= c * Ta[j];
     }
   }
   // U = T b W (Eq. 10).
-  std::vector<float> bW(n * D);
+  std::vector<double> bW(n * D), U(n * D);
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t d = 0; d < D; ++d) bW[i * D + d] = f.beta[i] * f.w[i * D + d];
-  gemm(false, false, n, D, n, 1.f, f.T, n, bW.data(), D, 0.f, f.U, D);
+    for (int64_t d = 0; d < D; ++d) bW[i * D + d] = beta[i] * w[i * D + d];
+  gemm(false, false, n, D, n, 1.0, T.data(), n, bW.data(), D, 0.0, U.data(), D);
   // Kcorr = T Y with Y = b strict_lower(W K^T) (Eq. 12, 14).
-  std::vector<float> Y(n * n);
-  gemm(false, true, n, n, D, 1.f, f.w, D, f.k, D, 0.f, Y.data(), n);
+  std::vector<double> Y(n * n), Kc(n * n);
+  gemm(false, true, n, n, D, 1.0, w.data(), D, k.data(), D, 0.0, Y.data(), n);
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < n; ++j) Y[i * n + j] = j < i ? f.beta[i] * Y[i * n + j] : 0.f;
-  gemm(false, false, n, n, n, 1.f, f.T, n, Y.data(), n, 0.f, f.Kcorr, n);
+    for (int64_t j = 0; j < n; ++j) Y[i * n + j] = j < i ? beta[i] * Y[i * n + j] : 0.0;
+  gemm(false, false, n, n, n, 1.0, T.data(), n, Y.data(), n, 0.0, Kc.data(), n);
   // Khat = K - Kcorr^T W (Eq. 14).
-  std::memcpy(f.Khat, f.k, sizeof(float) * n * D);
-  gemm(true, false, n, D, n, -1.f, f.Kcorr, n, f.w, D, 1.f, f.Khat, D);
+  std::vector<double> Kh = k;
+  gemm(true, false, n, D, n, -1.0, Kc.data(), n, w.data(), D, 1.0, Kh.data(), D);
+  for (int64_t i = 0; i < n * n; ++i) {
+    f.T[i] = static_cast<float>(T[i]);
+    f.Kcorr[i] = static_cast<float>(Kc[i]);
+  }
+  for (int64_t i = 0; i < n * D; ++i) {
+    f.U[i] = static_cast<float>(U[i]);
+    f.Khat[i] = static_cast<float>(Kh[i]);
+  }
 }
 
 void chunk_query_side(const ChunkFactors& f, const float* q, float* QWl, float* Qhat, float* S) {
