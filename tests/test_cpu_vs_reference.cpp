@@ -171,7 +171,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, CpuVsReference, ::testing::ValuesIn(cases()),
 // Adversarial inputs the random table does not reach: exact beta values (0: H = I, 1: a singular projection,
 // 2: a reflection), repeated and nearly parallel directions (the chunk's triangular solve at its least
 // favourable), peaky softmax, and gates whose cumulative sum G reaches -2 10^4 (G_i - G_j must keep its
-// precision: SPEC 6). Each is a Spec plus a change to the drawn inputs.
+// precision: docs/spec.md §6). Each is a Spec plus a change to the drawn inputs.
 enum class Twist { exact_betas, repeated_w, parallel_w, peaky, strong_gate };
 
 const char* twist_name(Twist t) {

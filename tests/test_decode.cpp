@@ -1,4 +1,4 @@
-// Decoding (SPEC 4) against the definition: feeding a sequence to decode() in steps of any size (one token,
+// Decoding (docs/spec.md §4) against the definition: feeding a sequence to decode() in steps of any size (one token,
 // a few, more than a chunk) gives, step by step, the f64 reference forward over the whole sequence; the cache
 // ends as the forward's kcache; a prefill by forward() continues by decode().
 #include <gtest/gtest.h>
