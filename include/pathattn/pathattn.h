@@ -123,7 +123,14 @@ struct Support {
 // Value checks (NaN or out-of-range beta, cu_seqlens order) read memory and run for CPU tensors only.
 void check_inputs(const Inputs& in);
 
-// Whether `backend` can run this case, and if not, why (dtype, head dimension, device...).
+// The operations a backend may implement (one row of tests/test_backend_ops.cpp each).
+enum class Op { forward, backward, decode };
+const char* op_name(Op op);
+
+// Whether `backend` can run `op` on this case, and if not, why (dtype, head dimension, device, an operation the
+// backend does not implement...).
+Support supports(const Inputs& in, Backend backend, Op op);
+// The same for the forward, or the backward when `backward`.
 Support supports(const Inputs& in, Backend backend, bool backward = false);
 
 // o, lse (and kcache if given) for the inputs. Throws Error on bad input or unsupported case.
