@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <ostream>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -29,14 +30,6 @@
 
 namespace pathattn::test {
 namespace {
-
-// The inputs rounded to f32, so that every backend (f64 or f32) computes on exactly the same numbers.
-Problem64 rounded_to_f32(const Spec& s) {
-  Problem64 P(s);
-  for (std::vector<double>* x : {&P.q, &P.k, &P.v, &P.w, &P.beta, &P.g})
-    for (double& e : *x) e = static_cast<double>(static_cast<float>(e));
-  return P;
-}
 
 // The common case list: each axis (T around the chunk of 64, GQA, DV != D, gate, beta regimes, varlen, permuted
 // inputs, B > 1, a head dimension above the CPU path's maximum) at least once, small enough for the f64 rows.
@@ -62,6 +55,9 @@ std::string cell_name(const Cell& c) {
   return std::string(backend_name(c.backend)) + "_" + op_name(c.op) + "_" + c.spec.name() + "_s" +
          std::to_string(c.spec.seed);
 }
+
+// gtest prints a cell with this (instead of its bytes).
+void PrintTo(const Cell& c, std::ostream* os) { *os << cell_name(c); }
 
 std::vector<Cell> cells() {
   std::vector<Cell> t;

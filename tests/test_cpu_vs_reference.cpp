@@ -14,15 +14,6 @@
 namespace pathattn::test {
 namespace {
 
-// The inputs rounded to f32, so that the f32 path and the f64 reference see exactly the same numbers and the
-// comparison measures the computation only, not the rounding of the inputs.
-Problem64 rounded_to_f32(const Spec& s) {
-  Problem64 P(s);
-  for (std::vector<double>* x : {&P.q, &P.k, &P.v, &P.w, &P.beta, &P.g})
-    for (double& e : *x) e = static_cast<double>(static_cast<float>(e));
-  return P;
-}
-
 // One named output of both runs.
 struct Compared {
   const char* name;
