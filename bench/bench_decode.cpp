@@ -3,9 +3,10 @@
 // For B = 1, H = HQ = 8, D = DV = 64 (f32), a cache of L tokens and a step of S new tokens per call:
 //   fused  pathattn::decode (the core's chunk step, src/cpu/append.cpp): the S tokens attend to the carried cache
 //          and to each other, then the cache is carried by their UT factor in place (one pass for S tokens);
-//   torch  the same step composed from libtorch ops, token by token as SPEC 4 writes it (what the model did before
-//          it called the op): every cached key k <- k - beta (k . w) w, append k_t, softmax attention over the
-//          cache, into preallocated tensors (no reallocation, so the comparison is the arithmetic and the passes).
+//   torch  the same step composed from libtorch ops, token by token as docs/spec.md §4 writes it (what the model
+//          did before it called the op): every cached key k <- k - beta (k . w) w, append k_t, softmax attention
+//          over the cache, into preallocated tensors (no reallocation, so the comparison is the arithmetic and the
+//          passes).
 // Bytes: a step must at least read and write the cached keys (the carry) and read keys and values (attention),
 // (3 D + DV) L H floats; GB/s below count that floor once per call (per token for torch it is S times that).
 // Medians of --reps calls after a warm-up, fused and torch timed in turn; each timed call starts from length L.
@@ -107,7 +108,7 @@ struct TorchStep {
       const int64_t n = L + i;
       auto Kc = K.narrow(2, 0, n);                                   // [B, H, n, D]
       auto wi = w.narrow(2, i, 1), bi = beta.narrow(2, i, 1);        // [B, H, 1, D], [B, H, 1, 1]
-      Kc.sub_(bi * torch::matmul(Kc, wi.transpose(-1, -2)) * wi);    // k <- k - beta (k . w) w   (SPEC 4, Eq. 3)
+      Kc.sub_(bi * torch::matmul(Kc, wi.transpose(-1, -2)) * wi);    // k <- k - beta (k . w) w   (docs/math.md Eq. 3)
       K.narrow(2, n, 1).copy_(k.narrow(2, i, 1));
       V.narrow(2, n, 1).copy_(v.narrow(2, i, 1));
       auto Ka = K.narrow(2, 0, n + 1), Va = V.narrow(2, 0, n + 1);

@@ -1,5 +1,5 @@
-// Random inputs of the CPU benchmarks, drawn as the layer would produce them (SPEC 5): q, k, v ~ N(0, 1), w rows of
-// unit norm, beta = 2 sigmoid(N(0, 1)).
+// Random inputs of the CPU benchmarks, drawn as the layer would produce them (docs/spec.md §5): q, k, v ~ N(0, 1),
+// w rows of unit norm, beta = 2 sigmoid(N(0, 1)).
 #pragma once
 
 #include <cmath>

@@ -102,6 +102,15 @@ struct Problem64 {
   }
 };
 
+// The problem of `s` with its inputs rounded to f32, so that an f32 path and the f64 reference see exactly the same
+// numbers and a comparison measures the computation only, not the rounding of the inputs.
+inline Problem64 rounded_to_f32(const Spec& s) {
+  Problem64 P(s);
+  for (std::vector<double>* x : {&P.q, &P.k, &P.v, &P.w, &P.beta, &P.g})
+    for (double& e : *x) e = static_cast<double>(static_cast<float>(e));
+  return P;
+}
+
 // A fixed random output gradient dO [B, T, HQ, DV] and lse gradient dlse [B, T, HQ] (for losses that use lse too),
 // seeded from the spec, so that every backend and baseline sees the same ones.
 struct OutputGrads {

@@ -10,7 +10,7 @@
 //      - every product operand rounded: the cached key in a logit and in dq (the kernel's K~), p before dV = p^T dO,
 //        ds before dq = ds K~ and the key-cache gradient e += ds q; f32 accumulation;
 //      - beta, w, the Householder updates of the cache (Eq. 3) and of its gradient (Eq. 8-9) in f32, the gate sum
-//        G in f64 (SPEC 6 keeps them so);
+//        G in f64 (docs/spec.md §6 keeps them so);
 //      - softmax in f32 from the forward's f32 lse; delta = dO . o with o as the forward stores it (rounded);
 //      - every output rounded to the dtype the kernel writes (dq like q, dk and dv like k, dw like w, dbeta, dg f32).
 //

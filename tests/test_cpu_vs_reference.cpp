@@ -14,15 +14,6 @@
 namespace pathattn::test {
 namespace {
 
-// The inputs rounded to f32, so that the f32 path and the f64 reference see exactly the same numbers and the
-// comparison measures the computation only, not the rounding of the inputs.
-Problem64 rounded_to_f32(const Spec& s) {
-  Problem64 P(s);
-  for (std::vector<double>* x : {&P.q, &P.k, &P.v, &P.w, &P.beta, &P.g})
-    for (double& e : *x) e = static_cast<double>(static_cast<float>(e));
-  return P;
-}
-
 // One named output of both runs.
 struct Compared {
   const char* name;
@@ -171,7 +162,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, CpuVsReference, ::testing::ValuesIn(cases()),
 // Adversarial inputs the random table does not reach: exact beta values (0: H = I, 1: a singular projection,
 // 2: a reflection), repeated and nearly parallel directions (the chunk's triangular solve at its least
 // favourable), peaky softmax, and gates whose cumulative sum G reaches -2 10^4 (G_i - G_j must keep its
-// precision: SPEC 6). Each is a Spec plus a change to the drawn inputs.
+// precision: docs/spec.md §6). Each is a Spec plus a change to the drawn inputs.
 enum class Twist { exact_betas, repeated_w, parallel_w, peaky, strong_gate };
 
 const char* twist_name(Twist t) {

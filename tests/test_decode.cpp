@@ -1,8 +1,9 @@
-// Decoding (SPEC 4) against the definition: feeding a sequence to decode() in steps of any size (one token,
+// Decoding (docs/spec.md §4) against the definition: feeding a sequence to decode() in steps of any size (one token,
 // a few, more than a chunk) gives, step by step, the f64 reference forward over the whole sequence; the cache
 // ends as the forward's kcache; a prefill by forward() continues by decode().
 #include <gtest/gtest.h>
 
+#include "decode_steps.h"
 #include "harness.h"
 #include "tolerances.h"
 
@@ -15,57 +16,7 @@ namespace {
   return ::testing::AssertionFailure() << "message \"" << msg << "\" lacks \"" << words << "\"";
 }
 
-// Rows [t0, t0 + S) of a [B, T, ...] view.
-TensorView rows(const TensorView& t, int64_t t0, int64_t S) {
-  TensorView r = t;
-  r.data = static_cast<char*>(t.data) + t0 * t.strides[1] * static_cast<int64_t>(dtype_size(t.dtype));
-  r.sizes[1] = S;
-  return r;
-}
-
-Inputs step_inputs(const Inputs& in, int64_t t0, int64_t S) {
-  Inputs s = in;
-  s.q = rows(in.q, t0, S);
-  s.k = rows(in.k, t0, S);
-  s.v = rows(in.v, t0, S);
-  s.w = rows(in.w, t0, S);
-  s.beta = rows(in.beta, t0, S);
-  if (in.g.defined()) s.g = rows(in.g, t0, S);
-  return s;
-}
-
-struct Cache {
-  Buffer<float> k, v;
-  Buffer<double> gcum;
-  Buffer<int32_t> lengths;
-  Cache(const Spec& s, int64_t Tmax)
-      : k({s.B, Tmax, s.H, s.D}, DType::f32),
-        v({s.B, Tmax, s.H, s.DV}, DType::f32),
-        gcum({s.B, Tmax, s.HQ}, DType::f64),
-        lengths({s.B}, DType::i32) {
-    for (int64_t b = 0; b < s.B; ++b) lengths.data()[b] = 0;
-  }
-  DecodeCache view(bool gate) {
-    DecodeCache c{k.view, v.view, {}, lengths.view};
-    if (gate) c.gcum = gcum.view;
-    return c;
-  }
-};
-
-// Decodes the whole sequence of `c` in steps of the given sizes (from `start`, with the cache already holding
-// rows [0, start)), writing each step's o and lse into the full-size buffers.
-void decode_in_steps(Case<float>& c, Cache& cache, int64_t start, const std::vector<int64_t>& steps,
-                     Buffer<float>& o, Buffer<float>& lse) {
-  int64_t t0 = start;
-  for (int64_t S : steps) {
-    ForwardOutputs out{rows(o.view, t0, S), rows(lse.view, t0, S), {}};
-    decode(step_inputs(c.in, t0, S), cache.view(c.P.spec.gate), out, Backend::cpu);
-    t0 += S;
-  }
-  ASSERT_EQ(t0, c.P.spec.T) << "the step sizes must cover the sequence";
-}
-
-void expect_matches_reference(const Problem64& P, Buffer<float>& o, Buffer<float>& lse, Cache& cache) {
+void expect_matches_reference(const Problem64& P, Buffer<float>& o, Buffer<float>& lse, DecodeState& cache) {
   Case<double> ref(P);
   ref.forward(Backend::reference);
   EXPECT_LT(rel_err(o.to_vector(), ref.o.to_vector()), tol::kF32VsF64) << "o";
@@ -82,7 +33,7 @@ TEST(Decode, StepsOfAnySizeMatchTheForward) {
     const Spec s{.B = 2, .T = 130, .H = 2, .HQ = 4, .D = 16, .DV = 8, .gate = gate, .seed = 31};
     Problem64 P(s);
     Case<float> c(P);
-    Cache cache(s, s.T);
+    DecodeState cache(s, s.T);
     Buffer<float> o({s.B, s.T, s.HQ, s.DV}, DType::f32), lse({s.B, s.T, s.HQ}, DType::f32);
     decode_in_steps(c, cache, 0, {37, 1, 1, 1, 5, 70, 1, 14}, o, lse);
     SCOPED_TRACE(gate ? "with gate" : "no gate");
@@ -96,7 +47,7 @@ TEST(Decode, ContinuesAForwardPrefill) {
   const int64_t prompt = 66;
   Problem64 P(s);
   Case<float> c(P);
-  Cache cache(s, s.T);
+  DecodeState cache(s, s.T);
   Buffer<float> o({s.B, s.T, s.HQ, s.DV}, DType::f32), lse({s.B, s.T, s.HQ}, DType::f32);
   Buffer<float> kc({s.B, prompt, s.H, s.D}, DType::f32);
   forward(step_inputs(c.in, 0, prompt), {rows(o.view, 0, prompt), rows(lse.view, 0, prompt), kc.view}, Backend::cpu);
@@ -115,7 +66,7 @@ TEST(Decode, BadCacheArgumentsAreNamed) {
   const Spec s{.B = 1, .T = 8, .H = 1, .HQ = 1, .D = 16, .DV = 16, .gate = true, .seed = 33};
   Problem64 P(s);
   Case<float> c(P);
-  Cache cache(s, 10);
+  DecodeState cache(s, 10);
   Buffer<float> o({1, 8, 1, 16}, DType::f32), lse({1, 8, 1}, DType::f32);
   auto msg = [&](DecodeCache dc, Inputs in) {
     try {

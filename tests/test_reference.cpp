@@ -8,7 +8,7 @@
 namespace pathattn::test {
 namespace {
 
-// o, lse by brute force: s_ij = q_i^T (H_i ... H_{j+1}) k_j with the product formed explicitly (SPEC 1).
+// o, lse by brute force: s_ij = q_i^T (H_i ... H_{j+1}) k_j with the product formed explicitly (docs/spec.md §1).
 void brute_force(const Problem64& P, std::vector<double>& o, std::vector<double>& lse) {
   const Spec& s = P.spec;
   const int64_t D = s.D, DV = s.DV, G = s.HQ / s.H;

@@ -1,4 +1,4 @@
-// Every tolerance of the test suite, with the reason for each (SPEC section 6).
+// Every tolerance of the test suite, with the reason for each (docs/spec.md §6).
 #pragma once
 
 namespace pathattn::test::tol {
@@ -17,7 +17,7 @@ constexpr double kFiniteDifferenceStep = 1e-6;
 constexpr double kFiniteDifferenceAbs = 1e-8;
 
 // f32 CPU paths against the f64 reference: f32 carries 6e-8 relative per operation; the chunked path's
-// longest dependency chains (T / C chunk products, sums over T keys) stay far below 1e-4 (SPEC 6).
+// longest dependency chains (T / C chunk products, sums over T keys) stay far below 1e-4 (docs/spec.md §6).
 constexpr double kF32VsF64 = 1e-4;
 
 // ...except for a gradient that is exactly zero in exact arithmetic, where a relative error means nothing: with

@@ -69,7 +69,7 @@ __global__ void fill_w(float* w, int64_t rows, int D, uint64_t seed) {
   for (int o = 16; o; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   for (int d = lane; d < D; d += 32) w[r * D + d] *= rsqrtf(ss);
 }
-// beta = 2 sigmoid(x): the layer's distribution (SPEC 5), spread over (0, 2).
+// beta = 2 sigmoid(x): the layer's distribution (docs/spec.md §5), spread over (0, 2).
 __global__ void fill_beta(float* b, int64_t n, uint64_t seed) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
     b[i] = 2.f / (1.f + expf(-hash_normal(i, seed)));

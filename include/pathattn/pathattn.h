@@ -66,7 +66,7 @@ TensorView make_view(void* data, DType dtype, std::initializer_list<int64_t> siz
 // Which implementation runs the op.
 enum class Backend {
   automatic,  // cuda for CUDA tensors, the fast CPU path for CPU f32, the reference for f64
-  reference,  // src/ref: the recurrence of SPEC section 1, O(T^2 D) time, O(T^2 D) memory in backward
+  reference,  // src/ref: the recurrence of docs/spec.md §1, O(T^2 D) time, O(T^2 D) memory in backward
   cpu,        // src/cpu: the chunked algorithm, f32
   cuda,       // src/cuda: Hopper kernels
 };
@@ -100,7 +100,7 @@ struct Inputs {
 struct ForwardOutputs {
   TensorView o;       // [B, T, HQ, DV]
   TensorView lse;     // [B, T, HQ] f32, natural log
-  TensorView kcache;  // [B, T, H, D] optional: every key carried to the end of its sequence (SPEC 4)
+  TensorView kcache;  // [B, T, H, D] optional: every key carried to the end of its sequence (docs/spec.md §4)
 };
 
 struct Gradients {
@@ -123,7 +123,14 @@ struct Support {
 // Value checks (NaN or out-of-range beta, cu_seqlens order) read memory and run for CPU tensors only.
 void check_inputs(const Inputs& in);
 
-// Whether `backend` can run this case, and if not, why (dtype, head dimension, device...).
+// The operations a backend may implement (one row of tests/test_backend_ops.cpp each).
+enum class Op { forward, backward, decode };
+const char* op_name(Op op);
+
+// Whether `backend` can run `op` on this case, and if not, why (dtype, head dimension, device, an operation the
+// backend does not implement...).
+Support supports(const Inputs& in, Backend backend, Op op);
+// The same for the forward, or the backward when `backward`.
 Support supports(const Inputs& in, Backend backend, bool backward = false);
 
 // o, lse (and kcache if given) for the inputs. Throws Error on bad input or unsupported case.
@@ -137,12 +144,12 @@ void backward(const Inputs& in, const TensorView& o, const TensorView& lse, cons
 void backward(const Inputs& in, const TensorView& o, const TensorView& lse, const TensorView& dout,
               const TensorView& dlse, const Gradients& grads, Backend backend = Backend::automatic);
 
-// Decoding (SPEC 4, docs/math.md Eq. 3, 17): the key cache of B sequences, owned by the caller.
+// Decoding (docs/spec.md §4, docs/math.md Eq. 3, 17): the key cache of B sequences, owned by the caller.
 struct DecodeCache {
   TensorView k;        // [B, Tmax, H, D] f32  rows [0, len): every key carried to its sequence's last token
   TensorView v;        // [B, Tmax, H, DV] f32
   TensorView gcum;     // [B, Tmax, HQ] f32 or f64  cumulative gates G_j; required iff the inputs have g
-                       // (f64 keeps G_i - G_j exact at long T, SPEC 6)
+                       // (f64 keeps G_i - G_j exact at long T, docs/spec.md §6)
   TensorView lengths;  // [B] int32  tokens in the cache per sequence; decode() adds S
 };
 

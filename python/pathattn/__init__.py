@@ -1,6 +1,7 @@
 """pathattn: PaTH attention (data-dependent Householder position encoding) for PyTorch.
 
-Importing loads libpathattn_torch.so from $PATHATTN_LIBRARY, else from <repo>/build/torch/ (see docs/python.md).
+Importing loads libpathattn_torch.so from $PATHATTN_LIBRARY, else from this package's folder (where
+`pip install .` puts it), else from <repo>/build/torch/ (see _library.py, docs/python.md).
 """
 from ._library import LibraryNotFoundError, library_path, load
 

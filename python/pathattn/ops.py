@@ -44,7 +44,7 @@ def path_attention(
     cu_seqlens: Optional[torch.Tensor] = None,
     return_lse: bool = False,
 ):
-    """PaTH attention (SPEC 1), differentiable in q, k, v, w, beta, g.
+    """PaTH attention (docs/spec.md §1), differentiable in q, k, v, w, beta, g.
 
     q [B, T, HQ, D], k and w [B, T, H, D] (w unit norm), v [B, T, H, DV], beta [B, T, H] in [0, 2],
     g [B, T, HQ] log forget gate <= 0 (optional, PaTH-FoX; not multiplied by scale), scale (default D^-0.5),
@@ -62,15 +62,15 @@ def path_attention(
 @torch.no_grad()
 def prefill(q, k, v, w, beta, g=None, scale=None, cu_seqlens=None):
     """Inference prefill: (o, lse, kcache) with kcache [B, T, H, D] the keys carried to the end of their
-    sequence (SPEC 4), ready for decoding. No gradients."""
+    sequence (docs/spec.md §4), ready for decoding. No gradients."""
     _check_dense(q=q, k=k, v=v, w=w, beta=beta, g=g, cu_seqlens=cu_seqlens)
     scale = None if scale is None else float(scale)
     return torch.ops.pathattn.fwd(q, k, v, w, beta, g, scale, cu_seqlens, True)
 
 
 class DecodeCache:
-    """The state of decode() for B sequences (SPEC 4), updated in place: k [B, Tmax, H, D] (keys carried to each
-    sequence's last token), v [B, Tmax, H, DV], gcum [B, Tmax, HQ] f64 cumulative log gates (None without a
+    """The state of decode() for B sequences (docs/spec.md §4), updated in place: k [B, Tmax, H, D] (keys carried
+    to each sequence's last token), v [B, Tmax, H, DV], gcum [B, Tmax, HQ] f64 cumulative log gates (None without a
     gate), lengths [B] int32. CPU float32 for now."""
 
     def __init__(self, B, Tmax, H, D, DV=None, HQ=None, gated=False):
@@ -93,7 +93,7 @@ class DecodeCache:
         c.k[:, :T] = kcache
         c.v[:, :T] = v
         if g is not None:
-            c.gcum[:, :T] = g.double().cumsum(1)  # G_t in f64 (SPEC 6)
+            c.gcum[:, :T] = g.double().cumsum(1)  # G_t in f64 (docs/spec.md §6)
         c.lengths.fill_(T)
         return c
 
@@ -120,7 +120,7 @@ def decode(q, k, v, w, beta, cache, g=None, scale=None, return_lse=False):
     """Appends S new tokens per sequence to `cache` (a DecodeCache, updated in place) and attends them to it:
     q [B, S, HQ, D], k and w [B, S, H, D], v [B, S, H, DV], beta [B, S, H], g [B, S, HQ] iff the cache is gated.
     Returns o [B, S, HQ, DV] (and lse [B, S, HQ] with return_lse): equal, to rounding, to path_attention over
-    the whole sequences. S > 1 carries the cache with one UT factor per 64 tokens (SPEC 4). No gradients."""
+    the whole sequences. S > 1 carries the cache with one UT factor per 64 tokens (docs/spec.md §4). No gradients."""
     _check_dense(q=q, k=k, v=v, w=w, beta=beta, g=g)
     scale = None if scale is None else float(scale)
     o, lse = torch.ops.pathattn.decode(

@@ -28,10 +28,32 @@ void require_support(const Inputs& in, Backend b, bool backward) {
 
 void check_inputs(const Inputs& in) { make_problem(in, true); }
 
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::forward: return "forward";
+    case Op::backward: return "backward";
+    case Op::decode: return "decode";
+  }
+  return "?";
+}
+
 Support supports(const Inputs& in, Backend backend, bool backward) {
+  return supports(in, backend, backward ? Op::backward : Op::forward);
+}
+
+Support supports(const Inputs& in, Backend backend, Op op) {
   Problem p = make_problem(in, false);
   backend = resolve(p, backend);
   auto no = [](std::string why) { return Support{false, std::move(why)}; };
+  if (op == Op::decode) {
+    if (in.cu_seqlens.defined())
+      return no("decode takes no cu_seqlens: the cache holds B sequences with their own lengths");
+    if (backend != Backend::cpu || p.device != Device::cpu || p.dtype != DType::f32)
+      return no(std::string("decode runs on CPU float32 tensors with Backend::cpu for now, got ") +
+                dtype_name(p.dtype) + " on " + (p.device == Device::cuda ? "cuda" : "cpu") + " with Backend::" +
+                backend_name(backend));
+  }
+  const bool backward = op == Op::backward;
   switch (backend) {
     case Backend::automatic:
       break;
@@ -116,15 +138,11 @@ void backward(const Inputs& in, const TensorView& o, const TensorView& lse, cons
 }
 
 void decode(const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out, Backend backend) {
-  if (in.cu_seqlens.defined())
+  if (in.cu_seqlens.defined())  // before make_problem, which would take it as a packed batch
     throw Error("pathattn: decode takes no cu_seqlens: the cache holds B sequences with their own lengths");
   Problem p = make_problem(in, true);
   backend = resolve(p, backend);
-  if (backend != Backend::cpu || p.device != Device::cpu || p.dtype != DType::f32)
-    throw Error(std::string("pathattn: decode runs on CPU float32 tensors with Backend::cpu for now, got ") +
-                dtype_name(p.dtype) + " on " + (p.device == Device::cuda ? "cuda" : "cpu") + " with Backend::" +
-                backend_name(backend));
-  require_support(in, backend, false);
+  if (Support s = supports(in, backend, Op::decode); !s) throw Error("pathattn: " + s.reason);
   if (cache.k.ndim != 4) throw Error("pathattn: cache.k must have 4 dimensions [B, Tmax, H, D], got " + std::to_string(cache.k.ndim));
   const int64_t Tmax = cache.k.sizes[1];
   check_output(cache.k, "cache.k", {p.B, Tmax, p.H, p.D}, DType::f32, p);

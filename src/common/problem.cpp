@@ -178,7 +178,7 @@ Problem make_problem(const Inputs& in, bool check_values) {
              dtype_name(ts[i]->dtype));
     }
   } else {
-    // CUDA: q, k, v in bf16 or f16 (tensor-core operands); w f32 or bf16; beta, g f32 (SPEC 2, 6).
+    // CUDA: q, k, v in bf16 or f16 (tensor-core operands); w f32 or bf16; beta, g f32 (docs/spec.md §2, §6).
     check_dtype(q, "q", {DType::bf16, DType::f16});
     if (in.k.dtype != q.dtype) fail(std::string("k must have the dtype of q (") + dtype_name(q.dtype) + "), got " + dtype_name(in.k.dtype));
     if (in.v.dtype != q.dtype) fail(std::string("v must have the dtype of q (") + dtype_name(q.dtype) + "), got " + dtype_name(in.v.dtype));

@@ -18,7 +18,7 @@ struct Segment {
 struct Problem {
   int64_t B = 0, T = 0, H = 0, HQ = 0, D = 0, DV = 0;
   int64_t group = 1;  // HQ / H: query heads per kv head (GQA)
-  double scale = 0;   // logit scale (default D^-0.5); the gate term is not scaled (SPEC 1)
+  double scale = 0;   // logit scale (default D^-0.5); the gate term is not scaled (docs/spec.md §1)
   bool has_gate = false;
   bool varlen = false;
   Device device = Device::cpu;

@@ -28,7 +28,7 @@ void append_chunk(const Problem& p, const History& h, int64_t r0, int64_t n, con
     gemm(false, false, n, DV, r1, 1.f, l, r1, h.v, DV, 0.f, c.o + j * c.ostride, DV);
   }
   // Carry the cache over this chunk (Eq. 17): K~ <- K~ - (K~ U^T) W, then append Khat. A multi-token decoding
-  // step thus updates the cache once with the chunk's UT factor instead of n rank-one updates (SPEC 4).
+  // step thus updates the cache once with the chunk's UT factor instead of n rank-one updates (docs/spec.md §4).
   if (r0 > 0) {
     gemm(false, true, r0, n, D, 1.f, h.cache, D, s.U.data(), D, 0.f, s.X.data(), n);
     gemm(false, false, r0, D, n, -1.f, s.X.data(), n, c.w, D, 1.f, h.cache, D);

@@ -46,7 +46,7 @@ struct ChunkFactors {
   float* u32;     // [NC, H, C, D]
   float* w32;     // [NC, H, C, D]
   float* gl;      // [NC, HQ, C]    gate cumulated inside the chunk (gate only)
-  double* goff;   // [NC, HQ]       gate cumulated over the sequence's earlier chunks (SPEC 6)
+  double* goff;   // [NC, HQ]       gate cumulated over the sequence's earlier chunks (docs/spec.md §6)
   double* gtot;   // [NC, HQ]       each chunk's gate total
 };
 

@@ -1,4 +1,4 @@
-// The reference: PaTH attention as the key-cache recurrence of SPEC section 1 (docs/math.md Eq. 3).
+// The reference: PaTH attention as the key-cache recurrence of docs/spec.md §1 (docs/math.md Eq. 3).
 // Obviously correct rather than fast: plain loops, one (sequence, kv head) at a time.
 #include "ref/ref.h"
 

@@ -1,4 +1,4 @@
-// The reference: the recurrence of SPEC section 1 written for clarity (docs/math.md, Eq. 1-4 forward,
+// The reference: the recurrence of docs/spec.md §1 written for clarity (docs/math.md, Eq. 1-4 forward,
 // Eq. 5-9 backward). Computes in double for f64 inputs and in float for f32 inputs.
 // Cost: O(T^2 D) time; the backward keeps every transformed key, O(T^2 D) memory per head.
 #pragma once

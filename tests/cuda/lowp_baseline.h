@@ -1,12 +1,12 @@
 // "The same math done plainly in low precision": the yardstick of FlashAttention's tolerance rule for the CUDA
-// forward (SPEC 6, tests/tolerances.h kLowPrecisionFactor). A CUDA result passes when its error against the f64
-// reference is at most kLowPrecisionFactor times this baseline's error plus kLowPrecisionAbs.
+// forward (docs/spec.md §6, tests/tolerances.h kLowPrecisionFactor). A CUDA result passes when its error against
+// the f64 reference is at most kLowPrecisionFactor times this baseline's error plus kLowPrecisionAbs.
 //
 // The baseline is the key-cache recurrence (docs/math.md Eq. 3, 4) as a plain bf16 / f16 decoder would run it:
 //   - q, k, v rounded to the low precision, and w to bf16 when the kernel is given w in bf16: the kernel's inputs
 //     (w is f32 or bf16 even when q is f16: the first version rounded it to q's dtype, which a case with f16 q and
 //     bf16 w exposed as a baseline too precise for the kernel's actual input);
-//   - the cache kept in f32 and updated in f32 (beta, w, the Householder step: f32, as SPEC 6 keeps them);
+//   - the cache kept in f32 and updated in f32 (beta, w, the Householder step: f32, as docs/spec.md §6 keeps them);
 //   - each logit a dot product of low-precision operands (q_t and the cached key rounded when used) with f32
 //     accumulation, the gate sum G in f64 (no extra error from it);
 //   - softmax in f32, the probabilities rounded to low precision before P V (f32 accumulation), o rounded;

@@ -9,7 +9,7 @@ namespace pathattn::model::test_tol {
 constexpr double kF64Paths = 1e-10;
 
 // f32 op (library CPU path) against the f64 fallback: the library's own f32-vs-f64 bound (tests/tolerances.h
-// kF32VsF64, SPEC 6), relative to the output's scale.
+// kF32VsF64, docs/spec.md §6), relative to the output's scale.
 constexpr double kF32VsF64 = 1e-4;
 
 // The model under bf16 autocast against the same model in f32 (logits, relative to their largest magnitude):

@@ -1,5 +1,5 @@
 # Helpers of the Python tests: import pathattn (skipping the module with the reason when the library is not
-# built), random valid inputs, and the reference of SPEC section 1 written plainly in PyTorch.
+# built), random valid inputs, and the reference of docs/spec.md §1 written plainly in PyTorch.
 import pytest
 import torch
 
@@ -14,7 +14,7 @@ def import_pathattn():
 
 
 def reference(q, k, v, w, beta, g=None, scale=None, cu_seqlens=None):
-    """SPEC 1, the key-cache recurrence, one (sequence, query head) at a time: at step t every cached key c_j
+    """docs/spec.md §1, the key-cache recurrence, one (sequence, query head) at a time: at step t every cached key c_j
     becomes c_j - beta_t (c_j . w_t) w_t, then k_t is appended, then softmax attention of q_t over the cache
     with the gate bias G_t - G_j (not scaled). Returns o [B, T, HQ, DV] and lse [B, T, HQ]."""
     B, T, HQ, D = q.shape

@@ -21,7 +21,8 @@ def cast(x, dtype, device="cpu"):
 
 
 def cuda_inputs(x):
-    """q, k, v in bf16, w, beta, g in f32 (SPEC 2), from bf16-rounded values so every path sees the same inputs."""
+    """q, k, v in bf16, w, beta, g in f32 (docs/spec.md §2), from bf16-rounded values so every path sees the same
+    inputs."""
     y = cast(x, torch.bfloat16)
     y = {n: (t.to("cuda") if t is not None else None) for n, t in y.items()}
     for n in ("w", "beta", "g"):

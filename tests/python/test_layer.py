@@ -1,4 +1,4 @@
-# The PaTHAttention layer (SPEC 5): shapes, w unit norm, beta in (0, 2), gradients for every parameter, and
+# The PaTHAttention layer (docs/spec.md §5): shapes, w unit norm, beta in (0, 2), gradients for every parameter, and
 # packed varlen equal to running the sequences separately (the short conv must not reach across sequences).
 import pytest
 import torch

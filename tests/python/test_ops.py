@@ -1,4 +1,4 @@
-# The op against a plain PyTorch loop of SPEC section 1 (the key-cache recurrence).
+# The op against a plain PyTorch loop of docs/spec.md §1 (the key-cache recurrence).
 import pytest
 import torch
 
@@ -50,7 +50,7 @@ def test_strided_inputs_give_the_same_result():
 
 
 def test_prefill_key_cache_carries_keys_to_the_end():
-    # SPEC 4: kcache[j] = H_L ... H_{j+1} k_j within each sequence of the packed batch.
+    # docs/spec.md §4: kcache[j] = H_L ... H_{j+1} k_j within each sequence of the packed batch.
     x = random_inputs(1, 10, 2, 2, 4, 4, seqlens=[6, 4], dtype=torch.float64, seed=4)
     o, lse, kcache = pathattn.prefill(**x)
     expect = x["k"].clone()

@@ -1,7 +1,7 @@
-# Tolerances of the Python tests, with the reason for each (SPEC 6; the C++ ones are in tests/tolerances.h).
+# Tolerances of the Python tests, with the reason for each (docs/spec.md §6; the C++ ones are in tests/tolerances.h).
 
 # f32 op against the f32 PyTorch reference loop: both carry 6e-8 relative rounding per operation over
-# O(T D) dependent steps at T <= 64, D <= 32; SPEC 6 asks f32 CPU code to be well under 1e-4 relative.
+# O(T D) dependent steps at T <= 64, D <= 32; docs/spec.md §6 asks f32 CPU code to be well under 1e-4 relative.
 F32_VS_REFERENCE_RTOL = 1e-4
 F32_VS_REFERENCE_ATOL = 1e-5
 

@@ -122,7 +122,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Gradients,
                                            Case{1, 6, 1, 3, 2, 2, false, {1, 5}, "varlen_gqa"}),
                          [](const auto& info) { return info.param.name; });
 
-// SPEC 4: kcache row j is k_j carried to the end of its sequence, H_L .. H_{j+1} k_j; the last key is as given.
+// docs/spec.md §4: kcache row j is k_j carried to the end of its sequence, H_L .. H_{j+1} k_j; the last key is
+// as given.
 TEST(KeyCache, CarriesKeysToTheEnd) {
   Problem p = make(Case{1, 5, 2, 2, 4, 4, false, {}, "kcache"}, 3);
   auto out = pathattn::path_attention_ex(p.q, p.k, p.v, p.w, p.beta, std::nullopt, std::nullopt, std::nullopt, true);

@@ -3,7 +3,7 @@
 // quantities (Q^, S, K^, U, M and the UT solve T), the chunk product's gradient dP_j from the main kernel turned
 // into dW, dU (Eq. 34), and the final writes of dq, dk, dv, dw, dbeta (and dG's diagonal part).
 //
-// Everything is f32 (SPEC 6: beta, w, the solve and the factors stay f32), the products on the tensor cores in
+// Everything is f32 (docs/spec.md §6: beta, w, the solve and the factors stay f32), the products on the tensor cores in
 // 3xTF32 (mm below): 256 threads, C x C matrices in shared memory, C x D ones in the CTA's f32 scratch slot (global memory, L1/L2-resident) or in the
 // workspace's accumulators, which this kernel finishes in place (dqacc -> dq, dkacc -> dk, dvacc -> dv).
 // Persistent CTAs stride over the (chunk, kv head) tasks; each CTA owns one scratch slot, so the scratch is
@@ -34,9 +34,10 @@ __device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float
 __device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
 
 // Cm[64 x N] (+)= alpha * A B with A(i, k) = A[i * ai + k * ak] and B(k, j) = B[k * bk + j * bj], k < K (a multiple
-// of 8). Generic pointers (shared or global). On the tensor cores in 3xTF32 (~f32 accuracy, SPEC 6): warp w owns
-// rows 16 (w % 4).. and the column half w / 4. The first version (f32 FMA, a 16 x 16 thread grid) spent 187 of a
-// 290 ms backward here at 32 x 4096, D = 64 (docs/perf/notes.md). Ends with a barrier: the next product may read Cm.
+// of 8). Generic pointers (shared or global). On the tensor cores in 3xTF32 (~f32 accuracy, docs/spec.md §6):
+// warp w owns rows 16 (w % 4).. and the column half w / 4. The first version (f32 FMA, a 16 x 16 thread grid) spent
+// 187 of a 290 ms backward here at 32 x 4096, D = 64 (docs/perf/notes.md). Ends with a barrier: the next product may
+// read Cm.
 template <int N>
 __device__ __forceinline__ void mm(float* Cm, int ldc, const float* A, int ai, int ak, const float* Bm, int bk, int bj,
                                    int K, float alpha, bool accumulate) {

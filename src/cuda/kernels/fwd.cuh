@@ -9,7 +9,7 @@
 //                                                          of the two C x D ones of Eq. 16)
 //   with FlashAttention's online softmax in base 2 over all S, O += P V_c.
 //
-// Q~ stays in f32 registers (accumulator layout); it becomes a bf16/f16 A operand for each product (SPEC 6).
+// Q~ stays in f32 registers (accumulator layout); it becomes a bf16/f16 A operand for each product (docs/spec.md §6).
 // Key chunks stream through two shared-memory stages with cp.async: chunk c-1 loads while chunk c computes.
 #pragma once
 

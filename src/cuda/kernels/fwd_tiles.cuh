@@ -181,7 +181,7 @@ __device__ __forceinline__ CtaWork cta_work(const FwdParams& p) {
 }
 
 // The gate (PaTH-FoX) of this thread's two query rows for the off-diagonal chunks: the query chunk's offset in
-// f64 (SPEC 6: G_i - G_j = (goff_m - goff_c) + gl_i - gl_j, the large offsets subtracted in f64) and the rows'
+// f64 (docs/spec.md §6: G_i - G_j = (goff_m - goff_c) + gl_i - gl_j, the large offsets subtracted in f64) and the rows'
 // cumulative gate inside the chunk (sG, in shared memory). Zero and unused without the gate.
 template <bool kGate>
 struct QueryGate {

@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(128, 3)
     wgmma_fence_operand(s);
     wgmma_fence_operand(qf);
 
-    float delta = 0.f;  // the gate (PaTH-FoX): G_i - G_j, offsets subtracted in f64 (SPEC 6)
+    float delta = 0.f;  // the gate (PaTH-FoX): G_i - G_j, offsets subtracted in f64 (docs/spec.md §6)
     if constexpr (kGate) delta = static_cast<float>(qgate.goff - p.ws.goff[(int64_t)c * p.HQ + hq]);
 #pragma unroll
     for (int nt = 0; nt < NC8; ++nt)

@@ -1,4 +1,4 @@
-// The cumulative forget gate of PaTH-FoX (docs/math.md Eq. 2), split as SPEC 6 asks so that G_i - G_j keeps
+// The cumulative forget gate of PaTH-FoX (docs/math.md Eq. 2), split as docs/spec.md §6 asks so that G_i - G_j keeps
 // its precision on long sequences: G_t = goff[chunk] + gl[t], with gl the f32 cumsum inside the chunk (at most
 // 64 terms) and goff the f64 sum of the sequence's earlier chunks. The main kernel forms
 // G_i - G_j = (goff_m - goff_c) + gl_i - gl_j, subtracting the large offsets in f64.

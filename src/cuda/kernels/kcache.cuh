@@ -1,4 +1,4 @@
-// The prefill key cache (SPEC 4): every key carried to the end of its sequence, k_j -> H_L ... H_{j+1} k_j,
+// The prefill key cache (docs/spec.md §4): every key carried to the end of its sequence, k_j -> H_L ... H_{j+1} k_j,
 // with linear work through suffix products of chunks (docs/math.md Eq. 11, 14):
 //   S_{N-1} = I,   S_{c-1} = S_c P_c = S_c - (S_c W_c^T) U_c      (P_c = I - W_c^T U_c, Eq. 11)
 //   kcache_j = S_c k^_j for j in chunk c                             (k^ carried to its chunk's end, Eq. 14)

@@ -1,4 +1,4 @@
-// Preprocess: per (chunk, kv head) the UT factor of the chunk's Householder product, in f32 (SPEC 6), and the
+// Preprocess: per (chunk, kv head) the UT factor of the chunk's Householder product, in f32 (docs/spec.md §6), and the
 // chunk-local matrices the main kernel multiplies on the tensor cores (docs/math.md Eq. 10-14):
 //   A = strict_lower(b W W^T),  T = (I + A)^{-1} (forward substitution),  U = T b W          (Eq. 10)
 //   M = T b strict_lower(W K^T)  (intra-chunk logits, Eq. 12),  K^ = K - M^T W  (Eq. 14),  E = -U^T W  (Eq. 32)
