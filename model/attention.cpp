@@ -4,8 +4,6 @@
 
 #include <cmath>
 
-#include "path_op.h"
-
 namespace pathattn::model {
 
 namespace {
@@ -13,6 +11,8 @@ namespace {
 torch::ScalarType acc(const torch::Tensor& t) {
   return t.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
 }
+// [B, H, S, D] -> [B, H * rep, S, D]: kv head h serves query heads h * rep .. h * rep + rep - 1 (GQA, as the op).
+torch::Tensor repeat_kv(const torch::Tensor& x, int64_t rep) { return rep == 1 ? x : x.repeat_interleave(rep, 1); }
 }  // namespace
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
@@ -25,8 +25,26 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   return (y * weight).to(x.scalar_type());
 }
 
+ShortConvolutionImpl::ShortConvolutionImpl(int64_t channels, int64_t kernel_size) {
+  weight = register_parameter("weight", torch::empty({channels, 1, kernel_size}).normal_(0.0, 0.02));  // as fla
+}
+
+torch::Tensor ShortConvolutionImpl::forward(const torch::Tensor& x, const torch::Tensor& state,
+                                           torch::Tensor* state_out) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), K = weight.size(2);
+  auto prev = state.defined() ? state.to(x.scalar_type()) : torch::zeros({B, K - 1, C}, x.options());
+  auto xp = torch::cat({prev, x}, 1);  // [B, K - 1 + T, C]
+  auto w = weight.select(1, 0);        // [C, K]
+  auto y = xp.narrow(1, 0, T) * w.select(1, 0);
+  for (int64_t j = 1; j < K; ++j) y = y + xp.narrow(1, j, T) * w.select(1, j);
+  if (state_out) *state_out = xp.narrow(1, T, K - 1).detach();
+  return torch::silu(y);
+}
+
 torch::Tensor softmax_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                 const torch::Tensor& G, double scale) {
+  const int64_t rep = q.size(1) / k.size(1);
+  if (rep != 1) return softmax_attention(q, repeat_kv(k, rep), repeat_kv(v, rep), G, scale);
   // rope and nope on CUDA: SDPA (FlashAttention for bf16/f16 at D <= 256, else memory-efficient or math), never a
   // [T, S] logit matrix. SDPA's is_causal aligns the mask top-left, so only square (training, prefill) calls take
   // it. FoX keeps the composed path below: its bias G_i - G_j would be a dense [B, H, T, S] mask, which rules
@@ -51,54 +69,60 @@ torch::Tensor softmax_attention(const torch::Tensor& q, const torch::Tensor& k, 
   return torch::softmax(logits, -1).to(v.scalar_type()).matmul(v);  // [B, H, T, D]
 }
 
-AttentionImpl::AttentionImpl(const ModelConfig& cfg) : cfg_(cfg), H_(cfg.n_head), D_(cfg.head_dim()) {
-  const int64_t E = cfg.d_model, HD = H_ * D_;
-  auto lin = [&](const char* name, int64_t in, int64_t out, bool bias) {
-    auto l = register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias)));
-    torch::nn::init::normal_(l->weight, 0.0, 0.02);  // SPEC 5: N(0, 0.02), biases 0
-    if (bias) torch::nn::init::zeros_(l->bias);
+AttentionImpl::AttentionImpl(const ModelConfig& cfg)
+    : cfg_(cfg), HQ_(cfg.n_head), H_(cfg.kv_heads()), D_(cfg.head_dim()) {
+  const int64_t E = cfg.d_model, HQD = HQ_ * D_, HD = H_ * D_;
+  auto init = [](torch::nn::Linear& l) {
+    torch::nn::init::normal_(l->weight, 0.0, 0.02);  // SPEC 5 / fla: N(0, 0.02), biases 0
+    if (l->bias.defined()) torch::nn::init::zeros_(l->bias);
     return l;
   };
-  q_proj = lin("q_proj", E, HD, false);
-  k_proj = lin("k_proj", E, HD, false);
-  v_proj = lin("v_proj", E, HD, false);
-  o_proj = lin("o_proj", HD, E, false);
+  auto linear = [&](int64_t in, int64_t out, bool bias) {
+    torch::nn::Linear l(torch::nn::LinearOptions(in, out).bias(bias));
+    return init(l);
+  };
+  q_proj = register_module("q_proj", linear(E, HQD, false));
+  k_proj = register_module("k_proj", linear(E, HD, false));
+  v_proj = register_module("v_proj", linear(E, HD, false));
   if (uses_path(cfg.mechanism)) {
-    w_down = lin("w_down", E, cfg.w_rank, false);
-    w_up = lin("w_up", cfg.w_rank, HD, false);
-    // The conv keeps PyTorch's Conv1d default init (uniform +-1/sqrt(fan_in), fan_in = 3), as fla's
-    // ShortConvolution does; N(0, 0.02) taps would only rescale w before its L2 norm.
-    conv_w = register_parameter("conv_w", torch::empty({HD, 3}).uniform_(-1.0 / std::sqrt(3.0), 1.0 / std::sqrt(3.0)));
-    beta_proj = lin("beta_proj", E, H_, true);  // bias 0: beta starts at 1
+    if (cfg.low_rank_w) {
+      w_proj = register_module("w_proj", torch::nn::Sequential(linear(E, cfg.w_rank, false), linear(cfg.w_rank, HD, false)));
+    } else {
+      w_proj_full = register_module("w_proj", linear(E, HD, false));
+    }
   }
-  if (uses_gate(cfg.mechanism)) gate_proj = lin("gate_proj", E, H_, true);
-  if (cfg.qk_norm) {
-    q_norm = register_module("q_norm", RMSNorm(D_));
-    k_norm = register_module("k_norm", RMSNorm(D_));
+  if (cfg.qk_norm) {  // fla's names; RMSNorm's eps as fla's (1e-5)
+    maybe_q_norm = register_module("maybe_q_norm", RMSNorm(D_, 1e-5));
+    maybe_k_norm = register_module("maybe_k_norm", RMSNorm(D_, 1e-5));
   }
+  if (uses_path(cfg.mechanism)) {
+    if (cfg.w_shortconv) w_conv1d = register_module("w_conv1d", ShortConvolution(HD, cfg.conv_size));
+    bt_proj = register_module("bt_proj", linear(E, H_, true));  // bias 0: beta starts at 1
+  }
+  if (uses_gate(cfg.mechanism)) g_proj = register_module("g_proj", linear(E, HQ_, true));
+  o_proj = register_module("o_proj", linear(HQD, E, false));
 }
 
 torch::Tensor AttentionImpl::w_of(const torch::Tensor& x, const torch::Tensor& conv_state, torch::Tensor* conv_out) {
-  const int64_t B = x.size(0), T = x.size(1), HD = H_ * D_;
-  auto u = w_up(w_down(x));  // [B, T, H*D]
-  auto state = conv_state.defined() ? conv_state : torch::zeros({B, 2, HD}, u.options());
-  auto up = torch::cat({state, u}, 1);  // [B, T + 2, H*D]
-  // Causal depthwise conv of size 3: y_t = c0 u_{t-2} + c1 u_{t-1} + c2 u_t.
-  auto y = up.narrow(1, 0, T) * conv_w.select(1, 0) + up.narrow(1, 1, T) * conv_w.select(1, 1) +
-           up.narrow(1, 2, T) * conv_w.select(1, 2);
-  if (conv_out) *conv_out = up.narrow(1, T, 2).detach();
-  auto w = torch::silu(y).view({B, T, H_, D_}).to(acc(y));
-  return torch::nn::functional::normalize(w, torch::nn::functional::NormalizeFuncOptions().p(2).dim(-1).eps(1e-6));
+  const int64_t B = x.size(0), T = x.size(1);
+  auto u = cfg_.low_rank_w ? w_proj->forward(x) : w_proj_full(x);  // [B, T, H*D]
+  if (cfg_.w_shortconv) u = w_conv1d(u, conv_state, conv_out);
+  auto w = u.view({B, T, H_, D_}).to(acc(u));
+  // F.normalize's rule, as the Python layer: w / max(|w|, 1e-12).
+  return torch::nn::functional::normalize(w, torch::nn::functional::NormalizeFuncOptions().p(2).dim(-1).eps(1e-12));
 }
 
 torch::Tensor AttentionImpl::beta_of(const torch::Tensor& x) {
-  auto beta = 2.0 * torch::sigmoid(beta_proj(x).to(acc(x)));  // [B, T, H]
+  auto beta = 2.0 * torch::sigmoid(bt_proj(x).to(acc(x)));  // [B, T, H]
   if (cfg_.beta_max > 0) beta = beta.clamp(0.0, cfg_.beta_max);
   return beta;
 }
 
 torch::Tensor AttentionImpl::g_of(const torch::Tensor& x) {
-  return torch::log_sigmoid(gate_proj(x).to(acc(x)));  // [B, T, H]
+  auto g = torch::log_sigmoid(g_proj(x).to(acc(x)));  // [B, T, HQ]
+  // fla: the gate enters as scale (s + G_i - G_j): scaling g scales its cumulative sums G.
+  if (cfg_.gate_scale == GateScale::fla) g = g * (1.0 / std::sqrt(static_cast<double>(D_)));
+  return g;
 }
 
 torch::Tensor AttentionImpl::rope(const torch::Tensor& x, int64_t pos0) const {
@@ -112,59 +136,71 @@ torch::Tensor AttentionImpl::rope(const torch::Tensor& x, int64_t pos0) const {
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, LayerCache* cache) {
+  if (cache && !cache->empty() && uses_path(cfg_.mechanism) && cache->x.defined()) {
+    // PaTH decoding where the op has no decode (CUDA, f64): the whole sequence again through the op's forward,
+    // the last T outputs kept. O(L) work per token instead of O(1) rows: the interim until a CUDA decode kernel.
+    auto xs = torch::cat({cache->x, x.detach()}, 1);
+    cache->x = xs;
+    cache->pos = xs.size(1);
+    return forward(xs, nullptr).narrow(1, xs.size(1) - x.size(1), x.size(1));
+  }
   const int64_t B = x.size(0), T = x.size(1);
-  auto q = q_proj(x).view({B, T, H_, D_});  // [B, T, H, D]
-  auto k = k_proj(x).view({B, T, H_, D_});
+  auto q = q_proj(x).view({B, T, HQ_, D_});  // [B, T, HQ, D]
+  auto k = k_proj(x).view({B, T, H_, D_});   // [B, T, H, D]
   auto v = v_proj(x).view({B, T, H_, D_});
   if (cfg_.qk_norm) {
-    q = q_norm(q);
-    k = k_norm(k);
+    q = maybe_q_norm(q);
+    k = maybe_k_norm(k);
   }
-  torch::Tensor o;  // [B, T, H, D]
-  if (cache == nullptr || cache->empty()) {
-    o = full(q, k, v, x, cache);
+  torch::Tensor o;  // [B, T, HQ, D]
+  if (uses_path(cfg_.mechanism)) {
+    o = path(q, k, v, x, cache);
+  } else if (cache == nullptr || cache->empty()) {
+    o = softmax_full(q, k, v, x, cache);
   } else {
-    std::vector<torch::Tensor> outs;
-    for (int64_t t = 0; t < T; ++t) {
-      outs.push_back(decode_one(q.narrow(1, t, 1), k.narrow(1, t, 1), v.narrow(1, t, 1), x.narrow(1, t, 1), *cache));
-    }
-    o = torch::cat(outs, 1);
+    o = softmax_decode(q, k, v, x, *cache);
   }
-  return o_proj(o.reshape({B, T, H_ * D_}));
+  return o_proj(o.reshape({B, T, HQ_ * D_}));
 }
 
-torch::Tensor AttentionImpl::full(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+torch::Tensor AttentionImpl::path(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                   const torch::Tensor& x, LayerCache* cache) {
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D_));
-  const Mechanism m = cfg_.mechanism;
-  torch::Tensor g;  // [B, T, H]
-  if (uses_gate(m)) g = g_of(x);
-  if (uses_path(m)) {
-    torch::Tensor conv_out;
-    auto w = w_of(x, {}, cache ? &conv_out : nullptr);
-    auto beta = beta_of(x);
-    auto r = path_attention_call(cfg_.path_impl, q, k, v, w, beta,
-                                 g.defined() ? std::optional<torch::Tensor>(g) : std::nullopt, cache != nullptr);
-    if (cache) {
-      if (op_decode_available(cfg_.path_impl, q)) {
-        cache->op = op_decode_start(r.kcache.detach(), v.detach(), g.defined() ? g.detach() : torch::Tensor());
-      } else {
-        cache->k = r.kcache.transpose(1, 2).detach();  // [B, H, T, D]
-        cache->v = v.transpose(1, 2).detach();
-        if (g.defined()) cache->G = g.cumsum(1).transpose(1, 2).detach();
-      }
-      cache->conv = conv_out;
-      cache->pos = q.size(1);
-    }
-    return r.o;
+  const int64_t T = q.size(1);
+  torch::Tensor g;  // [B, T, HQ]
+  if (uses_gate(cfg_.mechanism)) g = g_of(x);
+  const bool decoding = cache != nullptr && !cache->empty();
+  torch::Tensor conv_out;
+  auto w = w_of(x, decoding ? cache->conv : torch::Tensor(), cache ? &conv_out : nullptr);
+  auto beta = beta_of(x);
+  if (decoding) {  // S = T tokens in one call of the op's decode (CPU f32)
+    cache->conv = conv_out;
+    cache->pos += T;
+    return op_decode_step(cache->path, q, k, v, w, beta, g);
   }
+  const bool op_decode = cache != nullptr && op_decode_supported(q);
+  auto r = path_attention_call(q, k, v, w, beta, g, op_decode);
+  if (cache) {  // prefill
+    if (op_decode) {
+      cache->path = op_decode_start(r.kcache.detach(), v.detach(), g.defined() ? g.detach() : g);
+      cache->conv = conv_out;
+    } else {
+      cache->x = x.detach();
+    }
+    cache->pos = T;
+  }
+  return r.o;
+}
+
+torch::Tensor AttentionImpl::softmax_full(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                          const torch::Tensor& x, LayerCache* cache) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D_));
   auto qr = q, kr = k;
-  if (m == Mechanism::rope) {
+  if (cfg_.mechanism == Mechanism::rope) {
     qr = rope(q, 0);
     kr = rope(k, 0);
   }
-  torch::Tensor G;  // [B, H, T]
-  if (g.defined()) G = g.cumsum(1).transpose(1, 2);
+  torch::Tensor G;  // [B, HQ, T]
+  if (uses_gate(cfg_.mechanism)) G = g_of(x).cumsum(1).transpose(1, 2);
   auto o = softmax_attention(qr.transpose(1, 2), kr.transpose(1, 2), v.transpose(1, 2), G, scale);
   if (cache) {
     cache->k = kr.transpose(1, 2).detach();
@@ -172,45 +208,26 @@ torch::Tensor AttentionImpl::full(const torch::Tensor& q, const torch::Tensor& k
     if (G.defined()) cache->G = G.detach();
     cache->pos = q.size(1);
   }
-  return o.transpose(1, 2);  // [B, T, H, D]
+  return o.transpose(1, 2);  // [B, T, HQ, D]
 }
 
-torch::Tensor AttentionImpl::decode_one(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                        const torch::Tensor& x, LayerCache& cache) {
-  // q, k, v [B, 1, H, D], x [B, 1, E]
+torch::Tensor AttentionImpl::softmax_decode(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                            const torch::Tensor& x, LayerCache& cache) {
+  // q [B, T, HQ, D], k, v [B, T, H, D], x [B, T, E]: T new tokens after cache.pos cached ones.
   const double scale = 1.0 / std::sqrt(static_cast<double>(D_));
-  const Mechanism m = cfg_.mechanism;
-  auto qh = q.transpose(1, 2), kh = k.transpose(1, 2);  // [B, H, 1, D]
-  if (uses_path(m) && cache.op.active()) {  // the op's fused step (CPU f32)
-    torch::Tensor conv_out;
-    auto w = w_of(x, cache.conv, &conv_out);  // [B, 1, H, D]
-    cache.conv = conv_out;
-    auto o = op_decode_step(cache.op, q, k, v, w, beta_of(x), uses_gate(m) ? g_of(x) : torch::Tensor());
-    cache.pos += 1;
-    return o;  // [B, 1, H, D]
+  auto qr = q, kr = k;
+  if (cfg_.mechanism == Mechanism::rope) {
+    qr = rope(q, cache.pos);
+    kr = rope(k, cache.pos);
   }
-  if (uses_path(m)) {
-    torch::Tensor conv_out;
-    auto w = w_of(x, cache.conv, &conv_out).transpose(1, 2).to(q.scalar_type());  // [B, H, 1, D]
-    auto beta = beta_of(x).transpose(1, 2).unsqueeze(-1).to(q.scalar_type());     // [B, H, 1, 1]
-    cache.conv = conv_out;
-    // SPEC 4 / Eq. 3: H_t applied to every cached key, then k_t appended untransformed.
-    cache.k = cache.k - beta * (cache.k * w).sum(-1, true) * w;
-  } else if (m == Mechanism::rope) {
-    qh = rope(q, cache.pos).transpose(1, 2);
-    kh = rope(k, cache.pos).transpose(1, 2);
-  }
-  cache.k = torch::cat({cache.k, kh}, 2);
+  cache.k = torch::cat({cache.k, kr.transpose(1, 2)}, 2);
   cache.v = torch::cat({cache.v, v.transpose(1, 2)}, 2);
-  torch::Tensor G;
-  if (uses_gate(m)) {
-    auto g = g_of(x).transpose(1, 2);  // [B, H, 1]
-    cache.G = torch::cat({cache.G, cache.G.narrow(2, cache.pos - 1, 1) + g}, 2);
-    G = cache.G;
+  if (uses_gate(cfg_.mechanism)) {
+    auto G = cache.G.narrow(2, cache.pos - 1, 1) + g_of(x).cumsum(1).transpose(1, 2);  // [B, HQ, T]
+    cache.G = torch::cat({cache.G, G}, 2);
   }
-  cache.pos += 1;
-  auto o = softmax_attention(qh, cache.k, cache.v, G, scale);  // [B, H, 1, D]
-  return o.transpose(1, 2);
+  cache.pos += q.size(1);
+  return softmax_attention(qr.transpose(1, 2), cache.k, cache.v, cache.G, scale).transpose(1, 2);
 }
 
 }  // namespace pathattn::model

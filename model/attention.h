@@ -1,7 +1,10 @@
-// The attention layer of SPEC 5 for all five mechanisms: q/k/v/o projections without bias, and per mechanism
-// the extra parameters: PaTH's w (rank-32 projection, causal depthwise conv 3, SiLU, L2 norm) and beta
-// (2 sigmoid, f32), the forget gate (PaTH-FoX, FoX), RoPE (rope). Each call either runs a whole sequence
-// (training, prefill) or appends tokens to a KV cache (decoding).
+// The attention layer of SPEC 5 for all five mechanisms. Its PaTH form is the same layer as Python's
+// pathattn.PaTHAttention (python/pathattn/layer.py) and fla's PaTHAttention: the same parameter names (a state_dict
+// key here is the key there, e.g. q_proj.weight, w_proj.0.weight, w_conv1d.weight, bt_proj.bias, g_proj.weight,
+// maybe_q_norm.weight), the same initialisation (weights N(0, 0.02), biases 0), GQA (n_kv_head), the same options
+// (low_rank_w, w_shortconv, conv_size, qk_norm, gate_scale, beta_max). tests/python/test_cross_language.py loads one
+// set of weights into both and compares outputs. PaTH attention itself is the torch op (path_op.h).
+// Each call either runs a whole sequence (training, prefill) or appends tokens to a KV cache (decoding).
 #pragma once
 
 #include <torch/torch.h>
@@ -13,16 +16,21 @@ namespace pathattn::model {
 
 // Per-layer decoding state of one batch of sequences.
 struct LayerCache {
-  torch::Tensor k;     // [B, H, L, D]  PaTH: keys carried to the last position (SPEC 4); rope: rotated keys
-  torch::Tensor v;     // [B, H, L, D]
-  torch::Tensor G;     // [B, H, L]     cumulative log gate of every cached position (gated mechanisms)
-  torch::Tensor conv;  // [B, 2, H*D]   last two inputs of the w convolution (PaTH)
-  int64_t pos = 0;     // number of cached positions L
-  OpDecodeState op;    // PaTH through the op on CPU f32: the core decode's own cache (then k, v, G are unused)
+  int64_t pos = 0;  // number of cached positions L
+  // PaTH, decoding through the op (CPU, not f64): the op's key cache (SPEC 4) and the last conv_size - 1 inputs of
+  // the w short convolution [B, conv_size - 1, H*D].
+  pathattn::DecodeState path;
+  torch::Tensor conv;
+  // PaTH where the op has no decode yet (CUDA; f64 in tests): the layer's inputs so far [B, L, E]; each call re-runs
+  // the whole sequence through the op's forward (the interim until the CUDA decode kernel exists).
+  torch::Tensor x;
+  // The softmax mechanisms: keys (rotated for rope) and values per kv head [B, H, L, D], and the cumulative log
+  // gate per query head [B, HQ, L] (fox).
+  torch::Tensor k, v, G;
   bool empty() const { return pos == 0; }
 };
 
-// Root-mean-square norm over the last dimension with a learned gain (libtorch 1.13 has none).
+// Root-mean-square norm over the last dimension with a learned gain `weight` (libtorch 1.13 has none).
 class RMSNormImpl : public torch::nn::Module {
  public:
   explicit RMSNormImpl(int64_t dim, double eps = 1e-6);
@@ -34,38 +42,56 @@ class RMSNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RMSNorm);
 
+// fla's ShortConvolution as the PaTH layer uses it: causal depthwise conv over time with SiLU, no bias; `weight`
+// [C, 1, K] as torch's Conv1d (tap K - 1 multiplies x_t, tap K - 1 - s multiplies x_{t-s}).
+class ShortConvolutionImpl : public torch::nn::Module {
+ public:
+  ShortConvolutionImpl(int64_t channels, int64_t kernel_size);
+  // x [B, T, C] continuing after the K - 1 inputs `state` [B, K - 1, C] (undefined: zeros, a sequence start);
+  // the last K - 1 inputs are written to *state_out when given.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& state = {}, torch::Tensor* state_out = nullptr);
+  torch::Tensor weight;
+};
+TORCH_MODULE(ShortConvolution);
+
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelConfig& cfg);
 
-  // x [B, T, E] -> [B, T, E]. cache == nullptr: one full causal sequence. Otherwise an empty cache is
-  // filled by a prefill of x, and a filled one is extended by the T tokens of x one at a time.
+  // x [B, T, E] -> [B, T, E]. cache == nullptr: one full causal sequence. Otherwise an empty cache is filled by a
+  // prefill of x, and a filled one is extended by the T tokens of x (one call of the op's decode for PaTH).
   torch::Tensor forward(const torch::Tensor& x, LayerCache* cache = nullptr);
 
-  // The direction, strength and gate this layer computes (exposed for tests). conv_state [B, 2, H*D] or
+  // The direction, strength and gate this layer computes (exposed for tests). conv_state [B, K - 1, H*D] or
   // undefined (zeros); the new state is written to *conv_out when given.
   torch::Tensor w_of(const torch::Tensor& x, const torch::Tensor& conv_state, torch::Tensor* conv_out);  // [B,T,H,D]
   torch::Tensor beta_of(const torch::Tensor& x);  // [B, T, H] f32
-  torch::Tensor g_of(const torch::Tensor& x);     // [B, T, H] f32, <= 0
+  torch::Tensor g_of(const torch::Tensor& x);     // [B, T, HQ] f32, <= 0; times D^-1/2 under gate_scale fla
 
  private:
-  torch::Tensor full(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                     const torch::Tensor& x, LayerCache* cache);
-  torch::Tensor decode_one(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                           const torch::Tensor& x, LayerCache& cache);
-  torch::Tensor rope(const torch::Tensor& x, int64_t pos0) const;  // [B, T, H, D], positions pos0..
+  torch::Tensor path(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& x,
+                     LayerCache* cache);
+  torch::Tensor softmax_full(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             const torch::Tensor& x, LayerCache* cache);
+  torch::Tensor softmax_decode(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& x, LayerCache& cache);
+  torch::Tensor rope(const torch::Tensor& x, int64_t pos0) const;  // [B, T, heads, D], positions pos0..
 
   ModelConfig cfg_;
-  int64_t H_, D_;
+  int64_t HQ_, H_, D_;
+  // fla's names (python/pathattn/layer.py); w_proj is a Sequential (low rank: w_proj.0, w_proj.1) or one Linear.
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
-  torch::nn::Linear w_down{nullptr}, w_up{nullptr}, beta_proj{nullptr}, gate_proj{nullptr};
-  torch::Tensor conv_w;  // [H*D, 3] depthwise causal conv taps, oldest first
-  RMSNorm q_norm{nullptr}, k_norm{nullptr};
+  torch::nn::Sequential w_proj{nullptr};
+  torch::nn::Linear w_proj_full{nullptr};
+  ShortConvolution w_conv1d{nullptr};
+  torch::nn::Linear bt_proj{nullptr}, g_proj{nullptr};
+  RMSNorm maybe_q_norm{nullptr}, maybe_k_norm{nullptr};
 };
 TORCH_MODULE(Attention);
 
-// Plain softmax attention with libtorch ops. q, k, v [B, H, T, D]; G [B, H, T] or undefined (FoX bias
-// G_i - G_j, not scaled). Causal. Uses scaled_dot_product_attention on CUDA where libtorch has it.
+// Plain softmax attention with libtorch ops for the baselines (rope, fox, nope; never PaTH). q [B, HQ, T, D],
+// k, v [B, H, S, D] (HQ a multiple of H); G [B, HQ, S] or undefined (FoX bias G_i - G_j, as given). Causal, the T
+// queries being the last T of the S positions. Uses scaled_dot_product_attention on CUDA where libtorch has it.
 torch::Tensor softmax_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                 const torch::Tensor& G, double scale);
 

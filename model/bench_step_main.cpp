@@ -23,7 +23,6 @@
 #include <thread>
 #include <vector>
 
-#include "path_op.h"
 #include "trainer.h"
 
 using namespace pathattn::model;
@@ -35,7 +34,7 @@ struct Options {
   int64_t width = 768, layers = 12, heads = 12, mlp = 0, vocab = 8192, T = 4096, batch = 8;
   int64_t warmup = 3, steps = 10, threads = 0, seed = 1;
   double lr = 3e-4;
-  std::string device = "auto", precision = "auto", path_impl = have_path_op() ? "op" : "torch", csv;
+  std::string device = "auto", precision = "auto", csv;
 };
 
 // --name value pairs into opt; false (with a message) on an unknown name, a missing value or --help.
@@ -56,7 +55,6 @@ bool parse(int argc, char** argv, Options& o) {
       {"--lr", [&](const std::string& v) { o.lr = std::stod(v); }},
       {"--device", [&](const std::string& v) { o.device = v; }},
       {"--precision", [&](const std::string& v) { o.precision = v; }},
-      {"--path-impl", [&](const std::string& v) { o.path_impl = v; }},
       {"--csv", [&](const std::string& v) { o.csv = v; }},
   };
   for (int i = 1; i < argc; i += 2) {
@@ -67,7 +65,7 @@ bool parse(int argc, char** argv, Options& o) {
       std::cerr << "options (--name value):";
       for (const auto& [n, f] : set) std::cerr << " " << n;
       std::cerr << "\n  --mechanisms: comma list of path, path-fox, rope, fox, nope; --device auto|cpu|cuda; "
-                   "--precision auto|f32|bf16; --path-impl op|torch; --mlp 0: 8/3 width\n";
+                   "--precision auto|f32|bf16; --mlp 0: 8/3 width\n";
       return false;
     }
     try {
@@ -118,11 +116,6 @@ int main(int argc, char** argv) {
     if (o.device == "cuda" && !torch::cuda::is_available())
       throw std::invalid_argument("--device cuda: no CUDA device available");
     const torch::Device dev = o.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
-    if (o.path_impl != "op" && o.path_impl != "torch")
-      throw std::invalid_argument("--path-impl: expected op or torch, got '" + o.path_impl + "'");
-    if (o.path_impl == "op" && !have_path_op())
-      throw std::invalid_argument("--path-impl op: this build has no pathattn_torch op");
-
     TrainConfig tc;  // the trainer's defaults (AdamW betas, weight decay 0.1, clip 1.0) at a fixed learning rate
     tc.lr = o.lr;
     tc.batch = o.batch;
@@ -147,7 +140,6 @@ int main(int argc, char** argv) {
       mc.n_head = o.heads;
       mc.mlp_hidden = o.mlp;
       mc.mechanism = parse_mechanism(m);
-      mc.path_impl = o.path_impl == "op" ? PathImpl::op : PathImpl::torch;
       torch::manual_seed(static_cast<uint64_t>(o.seed));
       Run r;
       r.name = m;
@@ -160,11 +152,10 @@ int main(int argc, char** argv) {
     }
     const ModelConfig shape = runs.empty() ? ModelConfig{} : runs.front().model->config();
     std::printf("# bench_step: one training step (forward + loss, backward, clip, AdamW) on random tokens\n");
-    std::printf("# B %ld x T %ld, width %ld, layers %ld, heads %ld (D %ld), SwiGLU %ld, vocab %ld; %s, %s, path impl %s,"
+    std::printf("# B %ld x T %ld, width %ld, layers %ld, heads %ld (D %ld), SwiGLU %ld, vocab %ld; %s, %s,"
                 " threads %d\n",
                 (long)o.batch, (long)o.T, (long)o.width, (long)o.layers, (long)o.heads, (long)shape.head_dim(),
-                (long)shape.mlp_size(), (long)o.vocab, o.device.c_str(), precision_name(tc.precision),
-                o.path_impl.c_str(), at::get_num_threads());
+                (long)shape.mlp_size(), (long)o.vocab, o.device.c_str(), precision_name(tc.precision), at::get_num_threads());
     std::printf("# %ld warm-up + %ld timed steps per mechanism, interleaved; step time = median\n", (long)o.warmup,
                 (long)o.steps);
     std::fflush(stdout);

@@ -7,7 +7,6 @@
 #include <iostream>
 #include <thread>
 
-#include "path_op.h"
 #include "trainer.h"
 
 using namespace pathattn::model;
@@ -26,7 +25,7 @@ std::string json_num(double x) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Train a small PaTH / RoPE / FoX transformer on a synthetic task (flip-flop, A5, MQRAR-N)"};
-  std::string task_name = "flipflop", mech = "path", device = "cpu", path_impl = have_path_op() ? "op" : "torch";
+  std::string task_name = "flipflop", mech = "path", device = "cpu";
   std::string precision = "auto";
   ModelConfig mc;
   TrainConfig tc;
@@ -44,7 +43,10 @@ int main(int argc, char** argv) {
   app.add_option("--mlp", mc.mlp_hidden, "SwiGLU hidden size (0: 8/3 width)")->capture_default_str();
   app.add_flag("--qk-norm", mc.qk_norm, "per-head RMSNorm on q and k");
   app.add_option("--beta-max", mc.beta_max, "clamp beta to [0, beta-max] (0: no clamp)")->capture_default_str();
-  app.add_option("--path-impl", path_impl, "op (torch/ op) | torch (plain libtorch chunked form)")->capture_default_str();
+  std::string gate_scale = "none";
+  app.add_option("--kv-heads", mc.n_kv_head, "key/value heads, GQA (0: --heads)")->capture_default_str();
+  app.add_option("--gate-scale", gate_scale, "none (l = scale s + G_i - G_j) | fla (l = scale (s + G_i - G_j))")
+      ->capture_default_str();
   app.add_option("--steps", tc.steps, "training steps")->capture_default_str();
   app.add_option("--batch", tc.batch, "sequences per step")->capture_default_str();
   app.add_option("--lr", tc.lr, "peak learning rate")->capture_default_str();
@@ -85,14 +87,7 @@ int main(int argc, char** argv) {
       throw std::invalid_argument("--device: expected cpu or cuda, got '" + device + "'");
     }
     tc.precision = parse_precision(precision, tc.device);
-    if (path_impl == "op") {
-      if (!have_path_op()) throw std::invalid_argument("--path-impl op: this build has no pathattn_torch op");
-      mc.path_impl = PathImpl::op;
-    } else if (path_impl == "torch") {
-      mc.path_impl = PathImpl::torch;
-    } else {
-      throw std::invalid_argument("--path-impl: expected op or torch, got '" + path_impl + "'");
-    }
+    mc.gate_scale = parse_gate_scale(gate_scale);
     std::unique_ptr<Task> task;
     if (task_name == "flipflop") task = make_flipflop(ffc);
     else if (task_name == "a5") task = make_a5(a5c);
@@ -107,7 +102,7 @@ int main(int argc, char** argv) {
     std::cout << "[" << label << "] " << model->num_parameters() << " parameters, layers " << mc.n_layer
               << ", width " << mc.d_model << ", heads " << mc.n_head << ", T " << task->seq_len() << ", batch "
               << tc.batch << ", steps " << tc.steps << ", lr " << tc.lr << ", threads " << at::get_num_threads()
-              << ", path impl " << path_impl << ", " << device << " " << precision_name(tc.precision) << std::endl;
+              << ", " << device << " " << precision_name(tc.precision) << std::endl;
     auto r = train(model, *task, tc, label);
 
     std::cout << "[" << label << "] done: " << r.steps_done << " steps in " << r.seconds << " s";
@@ -120,7 +115,7 @@ int main(int argc, char** argv) {
          << ", \"parameters\": " << model->num_parameters() << ",\n"
          << "  \"seq_len\": " << task->seq_len() << ", \"batch\": " << tc.batch << ", \"steps\": " << tc.steps
          << ", \"steps_done\": " << r.steps_done << ", \"lr\": " << tc.lr << ", \"seed\": " << tc.seed << ",\n"
-         << "  \"threads\": " << at::get_num_threads() << ", \"path_impl\": \"" << path_impl << "\", \"device\": \""
+         << "  \"threads\": " << at::get_num_threads() << ", \"device\": \""
          << device << "\", \"precision\": \"" << precision_name(tc.precision) << "\",\n  \"train_seconds\": "
          << r.seconds << ", \"final_train_loss\": "
          << json_num(r.final_train_loss) << ",\n  \"error\": {";

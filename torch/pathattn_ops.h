@@ -13,12 +13,18 @@
 #pragma once
 
 #include <initializer_list>
+#include <optional>
 #include <tuple>
 #include <utility>
 
 #include "views.h"
 
 namespace pathattn::torch_ops {
+
+// The public API's optionals (std::optional, undefined tensors) as the op signatures' optionals.
+inline opt<at::Tensor> to_opt(const at::Tensor& t) { return t.defined() ? opt<at::Tensor>(t) : opt<at::Tensor>(); }
+inline opt<at::Tensor> to_opt(const std::optional<at::Tensor>& t) { return t.has_value() ? to_opt(*t) : opt<at::Tensor>(); }
+inline opt<double> to_opt_scale(std::optional<double> s) { return s.has_value() ? opt<double>(*s) : opt<double>(); }
 
 // Sparse (or other non-strided) tensors would reach the dispatcher's "no kernel for SparseCPU" message, which
 // does not name the argument: check before dispatching. Null or undefined entries are absent optionals.

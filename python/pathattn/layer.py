@@ -1,4 +1,7 @@
-"""The PaTH attention layer of SPEC section 5, with fla's constructor knobs and parameter names."""
+"""The PaTH attention layer of SPEC section 5, with fla's constructor knobs and parameter names (fla's PaTHAttention
+state_dict loads with strict=True). The C++ model's layer (model/attention.{h,cpp}) is the same layer: the same
+parameter names, initialisation and options; tests/python/test_cross_language.py checks that one set of weights gives
+the same outputs in both."""
 from typing import Optional
 
 import torch
@@ -22,9 +25,9 @@ class PaTHLayerCache:
 
 
 class RMSNorm(nn.Module):
-    """RMSNorm over the last dimension (torch 1.13 has no nn.RMSNorm)."""
+    """RMSNorm over the last dimension with a gain `weight` (torch 1.13 has no nn.RMSNorm); eps as fla's RMSNorm."""
 
-    def __init__(self, dim: int, eps: float = 1e-6):
+    def __init__(self, dim: int, eps: float = 1e-5):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
@@ -74,6 +77,11 @@ class PaTHAttention(nn.Module):
     low-rank projection + short causal conv + SiLU + L2 norm, strengths beta = 2 sigmoid(.) in f32, and for
     PaTH-FoX a per-query-head forget gate g = logsigmoid(.). forward(x [B, T, E], cu_seqlens) -> [B, T, E].
 
+    Parameter names as fla's PaTHAttention: q_proj, k_proj, v_proj, o_proj, w_proj (w_proj.0, w_proj.1 when low
+    rank), w_conv1d, bt_proj, g_proj (use_forget_gate), maybe_q_norm / maybe_k_norm (use_qk_norm). gate_scale: how
+    the gate enters the logits, 'none' (ours, the default): scale * s_ij + G_i - G_j; 'fla': scale * (s_ij + G_i -
+    G_j), fla's convention (its layer scales the gate by head_dim^-1/2), for fla checkpoints.
+
     Generation: forward(x, cache=PaTHLayerCache()) runs the prompt (prefill) and keeps the layer's state; later
     calls with the same cache append their tokens (pathattn.decode, CPU float32 for now), as if the whole
     sequence had been run at once. No gradients flow through a call with a cache."""
@@ -91,6 +99,7 @@ class PaTHAttention(nn.Module):
         layer_idx: Optional[int] = None,
         beta_max: Optional[float] = None,
         w_rank: int = 32,
+        gate_scale: str = "none",
     ):
         super().__init__()
         if hidden_size % num_heads != 0:
@@ -109,25 +118,32 @@ class PaTHAttention(nn.Module):
         self.conv_size = conv_size
         self.layer_idx = layer_idx
         self.beta_max = beta_max  # optional clamp of beta to [0, beta_max] (guards bf16 runs, SPEC 5)
+        if gate_scale not in ("none", "fla"):
+            raise ValueError(f"gate_scale: expected 'none' or 'fla', got {gate_scale!r}")
+        self.gate_scale = gate_scale
 
+        # Registered in fla's order, so named_parameters() lists them as fla's state_dict does.
         self.q_proj = nn.Linear(hidden_size, hidden_size, bias=False)
         self.k_proj = nn.Linear(hidden_size, self.kv_dim, bias=False)
         self.v_proj = nn.Linear(hidden_size, self.kv_dim, bias=False)
-        self.o_proj = nn.Linear(hidden_size, hidden_size, bias=False)
         if use_low_rank_w:
             self.w_proj = nn.Sequential(
                 nn.Linear(hidden_size, w_rank, bias=False), nn.Linear(w_rank, self.kv_dim, bias=False)
             )
         else:
             self.w_proj = nn.Linear(hidden_size, self.kv_dim, bias=False)
+        if use_qk_norm:
+            self.maybe_q_norm = RMSNorm(self.head_dim)
+            self.maybe_k_norm = RMSNorm(self.head_dim)
+        else:
+            self.maybe_q_norm = nn.Identity()
+            self.maybe_k_norm = nn.Identity()
         if use_w_shortconv:
             self.w_conv1d = ShortConvolution(self.kv_dim, conv_size)
         self.bt_proj = nn.Linear(hidden_size, self.num_kv_heads, bias=True)
         if use_forget_gate:
-            self.fgate_proj = nn.Linear(hidden_size, num_heads, bias=True)
-        if use_qk_norm:
-            self.q_norm = RMSNorm(self.head_dim)
-            self.k_norm = RMSNorm(self.head_dim)
+            self.g_proj = nn.Linear(hidden_size, num_heads, bias=True)
+        self.o_proj = nn.Linear(hidden_size, hidden_size, bias=False)
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -152,8 +168,7 @@ class PaTHAttention(nn.Module):
         q = self.q_proj(x).view(B, T, HQ, D)
         k = self.k_proj(x).view(B, T, H, D)
         v = self.v_proj(x).view(B, T, H, D)
-        if self.use_qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.maybe_q_norm(q), self.maybe_k_norm(k)
 
         # beta, g, w in f32 (SPEC 6); on the CPU every input shares q's dtype (f32, or f64 for gradcheck).
         fdtype = x.dtype if x.device.type == "cpu" else torch.float32
@@ -170,7 +185,9 @@ class PaTHAttention(nn.Module):
         beta = 2.0 * torch.sigmoid(self.bt_proj(x).to(fdtype))  # [B, T, H] in (0, 2)
         if self.beta_max is not None:
             beta = beta.clamp(0.0, self.beta_max)
-        g = F.logsigmoid(self.fgate_proj(x).to(fdtype)) if self.use_forget_gate else None  # [B, T, HQ]
+        g = F.logsigmoid(self.g_proj(x).to(fdtype)) if self.use_forget_gate else None  # [B, T, HQ]
+        if g is not None and self.gate_scale == "fla":  # scale (s + G_i - G_j): scaling g scales its sums G
+            g = g * D ** -0.5
 
         if cache is None:
             o = path_attention(q, k, v, w, beta, g, cu_seqlens=cu_seqlens)  # [B, T, HQ, D]

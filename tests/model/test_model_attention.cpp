@@ -1,137 +1,129 @@
-// PaTH attention in the model: the plain-libtorch chunked fallback against the recurrence (f64), its key
-// cache against decoding, and the torch op (when built) against the fallback.
+// The model's attention layer: fla's parameter names and shapes (the state_dict keys Python's PaTHAttention and
+// fla's have), fla's initialisation, the gate_scale option, GQA, and decoding several tokens per call equal to the
+// full forward (through the op's decode in f32, through the interim re-run in f64). The same outputs as the Python
+// layer on the same weights: tests/python/test_cross_language.py (ctest ModelLayer.SameOutputsAsPython).
 #include <gtest/gtest.h>
 
-#include <sstream>
+#include <map>
 
-#include "path_attention_torch.h"
-#include "path_op.h"
+#include "attention.h"
 #include "tolerances_model.h"
 
 using namespace pathattn::model;
 
 namespace {
 
-struct Inputs {
-  torch::Tensor q, k, v, w, beta, g;
-};
+ModelConfig layer_config(Mechanism m, int64_t kv_heads = 0) {
+  ModelConfig c;
+  c.vocab = 1;
+  c.d_model = 64;
+  c.n_head = 4;
+  c.n_kv_head = kv_heads;
+  c.mechanism = m;
+  return c;
+}
 
-Inputs random_inputs(int64_t B, int64_t T, int64_t HQ, int64_t H, int64_t D, int64_t DV, bool gate,
-                     torch::Dtype dt, uint64_t seed) {
-  torch::manual_seed(seed);
-  auto o = torch::TensorOptions().dtype(dt);
-  Inputs in;
-  in.q = torch::randn({B, T, HQ, D}, o);
-  in.k = torch::randn({B, T, H, D}, o);
-  in.v = torch::randn({B, T, H, DV}, o);
-  in.w = torch::nn::functional::normalize(torch::randn({B, T, H, D}, o),
-                                          torch::nn::functional::NormalizeFuncOptions().dim(-1));
-  in.beta = 2 * torch::rand({B, T, H}, o);
-  if (gate) in.g = torch::log_sigmoid(torch::randn({B, T, HQ}, o) + 2);
-  return in;
+std::map<std::string, std::vector<int64_t>> shapes(Attention& a) {
+  std::map<std::string, std::vector<int64_t>> r;
+  for (const auto& p : a->named_parameters()) r[p.key()] = p.value().sizes().vec();
+  return r;
+}
+
+void copy_parameters(Attention& to, Attention& from) {
+  torch::NoGradGuard ng;
+  auto src = from->named_parameters();
+  for (auto& p : to->named_parameters()) p.value().copy_(src[p.key()]);
 }
 
 double rel_err(const torch::Tensor& a, const torch::Tensor& b) {
-  return ((a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max() / b.to(torch::kDouble).abs().max().clamp_min(1e-30))
-      .item<double>();
+  return ((a - b).abs().max() / b.abs().max()).item<double>();
 }
-
-std::optional<torch::Tensor> opt(const torch::Tensor& t) { return t.defined() ? std::optional(t) : std::nullopt; }
 
 }  // namespace
 
-struct Case {
-  int64_t B, T, HQ, H, D, DV, chunk;
-  bool gate;
-};
-// Readable names for gtest (the default prints the struct's bytes, padding included).
-void PrintTo(const Case& c, std::ostream* os) {
-  *os << "B" << c.B << "_T" << c.T << "_HQ" << c.HQ << "_H" << c.H << "_D" << c.D << "_DV" << c.DV << "_C" << c.chunk
-      << (c.gate ? "_gate" : "");
+TEST(ModelAttention, ParameterNamesAndShapesAreFlas) {
+  auto c = layer_config(Mechanism::path_fox, 2);  // E 64, HQ 4, H 2, D 16
+  c.qk_norm = true;
+  Attention a(c);
+  const std::map<std::string, std::vector<int64_t>> want{
+      {"q_proj.weight", {64, 64}},   {"k_proj.weight", {32, 64}},     {"v_proj.weight", {32, 64}},
+      {"w_proj.0.weight", {32, 64}}, {"w_proj.1.weight", {32, 32}},   {"maybe_q_norm.weight", {16}},
+      {"maybe_k_norm.weight", {16}}, {"w_conv1d.weight", {32, 1, 3}}, {"bt_proj.weight", {2, 64}},
+      {"bt_proj.bias", {2}},         {"g_proj.weight", {4, 64}},      {"g_proj.bias", {4}},
+      {"o_proj.weight", {64, 64}}};
+  EXPECT_EQ(shapes(a), want);
+
+  auto full = layer_config(Mechanism::path);
+  full.low_rank_w = false;
+  full.w_shortconv = false;
+  Attention b(full);
+  auto s = shapes(b);
+  EXPECT_EQ(s.count("w_proj.weight"), 1u);
+  EXPECT_EQ(s.count("w_conv1d.weight"), 0u);
+  EXPECT_EQ(s.count("g_proj.weight"), 0u);
+  EXPECT_EQ(s.count("maybe_q_norm.weight"), 0u);
 }
 
-class ChunkedVsRecurrence : public ::testing::TestWithParam<Case> {};
-
-TEST_P(ChunkedVsRecurrence, ForwardMatches) {
-  const auto c = GetParam();
-  auto in = random_inputs(c.B, c.T, c.HQ, c.H, c.D, c.DV, c.gate, torch::kDouble, 7);
-  auto ref = path_attention_recurrent(in.q, in.k, in.v, in.w, in.beta, opt(in.g), std::nullopt);
-  auto got = path_attention_chunked(in.q, in.k, in.v, in.w, in.beta, opt(in.g), std::nullopt, false, c.chunk).o;
-  EXPECT_LT(rel_err(got, ref), test_tol::kF64Paths);
-}
-
-INSTANTIATE_TEST_SUITE_P(Cases, ChunkedVsRecurrence,
-                         ::testing::Values(Case{2, 37, 2, 2, 8, 8, 8, false},   // T not a multiple of C
-                                           Case{1, 64, 4, 2, 16, 12, 16, true},  // GQA, gate, DV != D
-                                           Case{2, 5, 1, 1, 4, 4, 64, false},    // one short chunk
-                                           Case{1, 50, 2, 1, 8, 8, 7, true}),  // MQA, odd chunk
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           std::ostringstream os;
-                           PrintTo(info.param, &os);
-                           return os.str();
-                         });
-
-// The key cache of a prefill of T tokens, extended by one recurrence step, reproduces the output at T + 1.
-TEST(ModelAttention, KeyCacheContinuesTheRecurrence) {
-  const int64_t T = 21;
-  auto in = random_inputs(2, T + 1, 2, 2, 8, 8, false, torch::kDouble, 9);
-  auto full = path_attention_recurrent(in.q, in.k, in.v, in.w, in.beta, std::nullopt, std::nullopt);
-  auto pre = path_attention_chunked(in.q.narrow(1, 0, T), in.k.narrow(1, 0, T), in.v.narrow(1, 0, T),
-                                    in.w.narrow(1, 0, T), in.beta.narrow(1, 0, T), std::nullopt, std::nullopt,
-                                    true, 8);
-  auto K = pre.kcache.transpose(1, 2);                           // [B, H, T, D]
-  auto wt = in.w.narrow(1, T, 1).transpose(1, 2);                // [B, H, 1, D]
-  auto bt = in.beta.narrow(1, T, 1).transpose(1, 2).unsqueeze(-1);  // [B, H, 1, 1]
-  K = K - bt * (K * wt).sum(-1, true) * wt;
-  K = torch::cat({K, in.k.narrow(1, T, 1).transpose(1, 2)}, 2);  // [B, H, T + 1, D]
-  auto qt = in.q.narrow(1, T, 1).transpose(1, 2);                // [B, H, 1, D]
-  auto p = torch::softmax(qt.matmul(K.transpose(-1, -2)) / std::sqrt(8.0), -1);
-  auto o = p.matmul(in.v.transpose(1, 2)).transpose(1, 2);       // [B, 1, H, D]
-  EXPECT_LT(rel_err(o, full.narrow(1, T, 1)), test_tol::kF64Paths);
-}
-
-TEST(ModelAttention, ChunkedGradientsMatchRecurrence) {
-  auto in = random_inputs(1, 19, 2, 2, 8, 8, true, torch::kDouble, 13);
-  std::vector<torch::Tensor> leaves{in.q, in.k, in.v, in.w, in.beta, in.g};
-  auto grads = [&](bool chunked) {
-    std::vector<torch::Tensor> xs;
-    for (auto& t : leaves) xs.push_back(t.detach().clone().requires_grad_(true));
-    auto o = chunked ? path_attention_chunked(xs[0], xs[1], xs[2], xs[3], xs[4], xs[5], std::nullopt, false, 4).o
-                     : path_attention_recurrent(xs[0], xs[1], xs[2], xs[3], xs[4], xs[5], std::nullopt);
-    (o * torch::cos(o)).sum().backward();
-    std::vector<torch::Tensor> g;
-    for (auto& x : xs) g.push_back(x.grad());
-    return g;
-  };
-  auto a = grads(true), b = grads(false);
-  const char* names[] = {"dq", "dk", "dv", "dw", "dbeta", "dg"};
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_LT(rel_err(a[i], b[i]), test_tol::kF64Paths) << names[i];
-}
-
-TEST(ModelAttention, OpMatchesFallbackWhenBuilt) {
-  if (!have_path_op()) GTEST_SKIP() << "this build has no pathattn_torch op";
-  for (bool gate : {false, true}) {
-    auto in = random_inputs(2, 150, 2, 2, 16, 16, gate, torch::kDouble, 17);
-    auto ref = path_attention_chunked(in.q, in.k, in.v, in.w, in.beta, opt(in.g), std::nullopt, true);
-    auto f = [](const torch::Tensor& t) { return t.defined() ? t.to(torch::kFloat) : t; };
-    auto got = path_attention_call(PathImpl::op, f(in.q), f(in.k), f(in.v), f(in.w), f(in.beta), opt(f(in.g)), true);
-    EXPECT_LT(rel_err(got.o, ref.o), test_tol::kF32VsF64) << "gate " << gate;
-    EXPECT_LT(rel_err(got.kcache, ref.kcache), test_tol::kF32VsF64) << "gate " << gate;
+TEST(ModelAttention, InitialisationIsFlas) {
+  torch::manual_seed(3);
+  auto c = layer_config(Mechanism::path_fox);
+  c.d_model = 256;
+  Attention a(c);
+  for (const auto& p : a->named_parameters()) {
+    const auto& t = p.value();
+    if (p.key().find("bias") != std::string::npos) {
+      EXPECT_EQ(t.abs().max().item<double>(), 0.0) << p.key();
+    } else if (t.numel() >= 3000) {  // N(0, 0.02), the conv too (fla's _init_weights covers nn.Conv1d)
+      EXPECT_NEAR(t.std().item<double>(), 0.02, 0.002) << p.key();
+    }
   }
 }
 
-TEST(ModelAttention, BadShapesNameTheArgument) {
-  auto in = random_inputs(1, 8, 2, 2, 8, 8, false, torch::kFloat, 1);
-  try {
-    path_attention_chunked(in.q, in.k.narrow(3, 0, 4), in.v, in.w, in.beta, std::nullopt, std::nullopt, false);
-    FAIL() << "expected an error";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("k must be"), std::string::npos) << e.what();
+TEST(ModelAttention, FlaGateScaleScalesTheGate) {
+  auto c = layer_config(Mechanism::path_fox);
+  torch::manual_seed(5);
+  Attention ours(c);
+  c.gate_scale = GateScale::fla;
+  Attention fla(c);
+  copy_parameters(fla, ours);
+  auto x = torch::randn({2, 7, 64});
+  torch::NoGradGuard ng;
+  EXPECT_TRUE(torch::allclose(fla->g_of(x), ours->g_of(x) / 4.0, 0, 1e-7));  // D = 16: scale 1/4
+  EXPECT_GT((fla->forward(x) - ours->forward(x)).abs().max().item<double>(), 1e-4);
+  EXPECT_THROW(parse_gate_scale("sqrt"), std::invalid_argument);
+}
+
+// Prefill, then steps of 1 and of several tokens: the same outputs as one forward, for PaTH, PaTH-FoX with GQA, and
+// the softmax mechanisms with GQA. f32 goes through the op's decode (PaTH); f64 re-runs the op's forward (PaTH).
+TEST(ModelAttention, DecodingEqualsTheFullForward) {
+  for (auto dt : {torch::kFloat, torch::kDouble}) {
+    for (auto m : {Mechanism::path, Mechanism::path_fox, Mechanism::rope, Mechanism::fox}) {
+      for (int64_t kv : {0, 2, 1}) {
+        torch::manual_seed(9);
+        auto c = layer_config(m, kv);
+        c.qk_norm = kv == 2;
+        Attention a(c);
+        a->to(dt);
+        torch::NoGradGuard ng;
+        auto x = torch::randn({2, 90, 64}, dt);
+        auto full = a->forward(x);
+        LayerCache cache;
+        std::vector<torch::Tensor> parts{a->forward(x.narrow(1, 0, 13), &cache)};
+        int64_t t = 13;
+        for (int64_t s : {1, 5, 1, 70}) {  // past the op cache's first growth (prefill + 64)
+          parts.push_back(a->forward(x.narrow(1, t, s), &cache));
+          t += s;
+        }
+        EXPECT_EQ(cache.pos, 90);
+        const double err = rel_err(torch::cat(parts, 1), full);
+        EXPECT_LT(err, dt == torch::kFloat ? test_tol::kF32VsF64 : test_tol::kF64Paths)
+            << mechanism_name(m) << " kv " << kv << (dt == torch::kFloat ? " f32" : " f64");
+      }
+    }
   }
-  try {
-    path_attention_chunked(in.q, in.k, in.v, in.w, in.beta.narrow(2, 0, 1), std::nullopt, std::nullopt, false);
-    FAIL() << "expected an error";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("beta must be"), std::string::npos) << e.what();
-  }
+}
+
+TEST(ModelAttention, BadHeadCountsAreRejected) {
+  auto c = layer_config(Mechanism::path, 3);  // 4 query heads, 3 kv heads
+  EXPECT_THROW(c.validate(), std::invalid_argument);
 }

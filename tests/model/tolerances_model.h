@@ -3,13 +3,14 @@
 
 namespace pathattn::model::test_tol {
 
-// f64 chunked fallback / KV-cache decoding against the f64 recurrence or full forward: different summation
+// f64 KV-cache decoding against the f64 full forward (the op's reference path on prefixes): different summation
 // orders of O(T D) terms of size O(1) in f64 (eps 1e-16); 1e-10 leaves a margin of 1e4 and still fails any
 // wrong term (O(1e-2) or more).
 constexpr double kF64Paths = 1e-10;
 
-// f32 op (library CPU path) against the f64 fallback: the library's own f32-vs-f64 bound (tests/tolerances.h
-// kF32VsF64, docs/spec.md §6), relative to the output's scale.
+// f32 decoding through the op's decode against the op's f32 full forward: the library's own f32-vs-f64 bound
+// (tests/tolerances.h kF32VsF64, docs/spec.md §6), relative to the output's scale; each side is within it of the
+// f64 result.
 constexpr double kF32VsF64 = 1e-4;
 
 // The model under bf16 autocast against the same model in f32 (logits, relative to their largest magnitude):

@@ -60,7 +60,7 @@ def test_init_matches_fla():
     layer = pathattn.PaTHAttention(hidden_size=256, num_heads=4, use_forget_gate=True)
     assert layer.w_proj[0].weight.shape == (32, 256) and layer.w_proj[1].weight.shape == (256, 32)
     assert layer.w_conv1d.weight.shape == (256, 1, 3)
-    assert float(layer.bt_proj.bias.detach().abs().max()) == 0 and float(layer.fgate_proj.bias.detach().abs().max()) == 0
+    assert float(layer.bt_proj.bias.detach().abs().max()) == 0 and float(layer.g_proj.bias.detach().abs().max()) == 0
     assert abs(float(layer.q_proj.weight.detach().std()) - 0.02) < 0.002  # 65k samples: std error ~ 6e-5
     assert layer.head_dim == 64
 
@@ -101,3 +101,30 @@ def test_cache_and_cu_seqlens_together_are_refused():
     layer = pathattn.PaTHAttention(hidden_size=32, num_heads=2)
     with pytest.raises(ValueError, match="cache or cu_seqlens"):
         layer(torch.randn(1, 4, 32), cu_seqlens=torch.tensor([0, 4], dtype=torch.int32), cache=pathattn.PaTHLayerCache())
+
+
+def test_state_dict_keys_are_flas():
+    """fla's PaTHAttention names (fla/layers/path_attn.py), in its order: its state_dict loads with strict=True."""
+    layer = pathattn.PaTHAttention(hidden_size=64, num_heads=4, num_kv_heads=2, use_forget_gate=True, use_qk_norm=True)
+    assert list(layer.state_dict()) == [
+        "q_proj.weight", "k_proj.weight", "v_proj.weight", "w_proj.0.weight", "w_proj.1.weight",
+        "maybe_q_norm.weight", "maybe_k_norm.weight", "w_conv1d.weight", "bt_proj.weight", "bt_proj.bias",
+        "g_proj.weight", "g_proj.bias", "o_proj.weight",
+    ]
+    plain = pathattn.PaTHAttention(hidden_size=32, num_heads=2, use_low_rank_w=False, use_w_shortconv=False)
+    assert list(plain.state_dict()) == ["q_proj.weight", "k_proj.weight", "v_proj.weight", "w_proj.weight",
+                                        "bt_proj.weight", "bt_proj.bias", "o_proj.weight"]
+
+
+def test_fla_gate_scale_scales_the_gate(captured):
+    """gate_scale='fla' hands the op g * head_dim^-1/2 (fla's scale (s + G_i - G_j)); 'none' hands g itself."""
+    torch.manual_seed(2)
+    ours = pathattn.PaTHAttention(hidden_size=64, num_heads=4, use_forget_gate=True)
+    fla = pathattn.PaTHAttention(hidden_size=64, num_heads=4, use_forget_gate=True, gate_scale="fla")
+    fla.load_state_dict(ours.state_dict())
+    x = torch.randn(1, 6, 64)
+    with torch.no_grad():
+        ours(x), fla(x)
+    torch.testing.assert_close(captured[1]["g"], captured[0]["g"] * 16 ** -0.5)
+    with pytest.raises(ValueError, match="gate_scale"):
+        pathattn.PaTHAttention(hidden_size=64, num_heads=4, gate_scale="sqrt")
