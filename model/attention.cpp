@@ -7,7 +7,7 @@
 namespace pathattn::model {
 
 namespace {
-// f32 for every low-precision or f32 tensor (SPEC 6: beta, w, g, softmax in f32), f64 kept for f64 tests.
+// f32 for every low-precision or f32 tensor (docs/spec.md §6: beta, w, g, softmax in f32), f64 kept for f64 tests.
 torch::ScalarType acc(const torch::Tensor& t) {
   return t.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
 }
@@ -73,7 +73,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg)
     : cfg_(cfg), HQ_(cfg.n_head), H_(cfg.kv_heads()), D_(cfg.head_dim()) {
   const int64_t E = cfg.d_model, HQD = HQ_ * D_, HD = H_ * D_;
   auto init = [](torch::nn::Linear& l) {
-    torch::nn::init::normal_(l->weight, 0.0, 0.02);  // SPEC 5 / fla: N(0, 0.02), biases 0
+    torch::nn::init::normal_(l->weight, 0.0, 0.02);  // docs/spec.md §5 / fla: N(0, 0.02), biases 0
     if (l->bias.defined()) torch::nn::init::zeros_(l->bias);
     return l;
   };

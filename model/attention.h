@@ -1,4 +1,4 @@
-// The attention layer of SPEC 5 for all five mechanisms. Its PaTH form is the same layer as Python's
+// The attention layer of docs/spec.md §5 for all five mechanisms. Its PaTH form is the same layer as Python's
 // pathattn.PaTHAttention (python/pathattn/layer.py) and fla's PaTHAttention: the same parameter names (a state_dict
 // key here is the key there, e.g. q_proj.weight, w_proj.0.weight, w_conv1d.weight, bt_proj.bias, g_proj.weight,
 // maybe_q_norm.weight), the same initialisation (weights N(0, 0.02), biases 0), GQA (n_kv_head), the same options
@@ -17,7 +17,7 @@ namespace pathattn::model {
 // Per-layer decoding state of one batch of sequences.
 struct LayerCache {
   int64_t pos = 0;  // number of cached positions L
-  // PaTH, decoding through the op (CPU, not f64): the op's key cache (SPEC 4) and the last conv_size - 1 inputs of
+  // PaTH, decoding through the op (CPU, not f64): the op's key cache (docs/spec.md §4) and the last conv_size - 1 inputs of
   // the w short convolution [B, conv_size - 1, H*D].
   pathattn::DecodeState path;
   torch::Tensor conv;

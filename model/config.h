@@ -55,7 +55,7 @@ struct ModelConfig {
   Mechanism mechanism = Mechanism::path;
   bool qk_norm = false;
   double beta_max = 0.0;  // > 0: clamp beta to [0, beta_max] (guards bf16 runs)
-  int64_t w_rank = 32;    // low rank of the w projection (SPEC 5)
+  int64_t w_rank = 32;    // low rank of the w projection (docs/spec.md §5)
   bool low_rank_w = true;   // fla's use_low_rank_w: w_proj = Linear(E, w_rank), Linear(w_rank, H*D); else one Linear
   bool w_shortconv = true;  // fla's use_w_shortconv: causal depthwise conv + SiLU on w before the L2 norm
   int64_t conv_size = 3;    // taps of that conv

@@ -5,7 +5,7 @@
 namespace pathattn::model {
 
 namespace {
-// The dtype each input goes to (SPEC 2): CUDA takes q, k, v in bf16 (f16 passes through) and w, beta, g in f32;
+// The dtype each input goes to (docs/spec.md §2): CUDA takes q, k, v in bf16 (f16 passes through) and w, beta, g in f32;
 // the CPU takes every input in one dtype, f32 (f64 for the tests). Under bf16 autocast q, k, v arrive in bf16 and
 // w, beta, g in f32 (attention.cpp computes them in f32), so on CUDA nothing is copied.
 struct CallDtypes {

@@ -11,7 +11,7 @@ namespace pathattn::model {
 
 struct PathCall {
   torch::Tensor o;       // [B, T, HQ, DV], in v's dtype
-  torch::Tensor kcache;  // [B, T, H, D] keys carried to the end (SPEC 4), when asked
+  torch::Tensor kcache;  // [B, T, H, D] keys carried to the end (docs/spec.md §4), when asked
 };
 
 // q [B, T, HQ, D], k and w [B, T, H, D], v [B, T, H, DV], beta [B, T, H], g [B, T, HQ] or undefined (no gate).

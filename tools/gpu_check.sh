@@ -139,7 +139,7 @@ if [ "$MODE" = torch ]; then
     note "torch extension + model build: ok ($(( $(date +%s) - t0 )) s)"
     LIB=$(find build-gpu-torch -name 'libpathattn_torch.so' | head -1)
     t0=$(date +%s)
-    PATHATTN_LIBRARY=$LIB PYTHONPATH=$ROOT/python timeout 200 python3 -m pytest -q tests/python > "$OUT/pytest.log" 2>&1
+    PATHATTN_LIBRARY=$LIB PYTHONPATH=$ROOT/python:$ROOT/third_party_fetched/fla timeout 200 python3 -m pytest -q tests/python > "$OUT/pytest.log" 2>&1
     note "pytest (torch $(python3 -c 'import torch;print(torch.__version__)')): $(tail -1 "$OUT/pytest.log") ($(( $(date +%s) - t0 )) s)"
     if [ "${SKIP_TRAIN_BENCH:-0}" != 1 ]; then
       t0=$(date +%s)

@@ -1,4 +1,4 @@
-// The decoding state of pathattn_torch.h (SPEC 4): DecodeState (a caller-owned key cache: empty, from a prefill,
+// The decoding state of pathattn_torch.h (docs/spec.md §4): DecodeState (a caller-owned key cache: empty, from a prefill,
 // grown) and decode(), which appends S tokens per sequence through the pathattn::decode op (CPU float32).
 #include <torch/autograd.h>
 
@@ -33,7 +33,7 @@ DecodeState DecodeState::from_prefill(const Tensor& kcache, const Tensor& v, con
   DecodeState s = empty(B, Tmax, kcache.size(2), g.defined() ? g.size(2) : 1, kcache.size(3), v.size(3), g.defined());
   s.k.narrow(1, 0, T).copy_(kcache);
   s.v.narrow(1, 0, T).copy_(v);
-  if (g.defined()) s.gcum.narrow(1, 0, T).copy_(g.to(torch::kFloat64).cumsum(1));  // G_t, SPEC 6: in f64
+  if (g.defined()) s.gcum.narrow(1, 0, T).copy_(g.to(torch::kFloat64).cumsum(1));  // G_t, docs/spec.md §6: in f64
   s.lengths.fill_(static_cast<int32_t>(T));
   return s;
 }

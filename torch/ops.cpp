@@ -129,7 +129,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> bwd(const Tensor& q, 
   });
 }
 
-// One decoding step of S tokens on a caller-owned cache (SPEC 4, pathattn::decode): the cache tensors are
+// One decoding step of S tokens on a caller-owned cache (docs/spec.md §4, pathattn::decode): the cache tensors are
 // updated in place (rows [len, len + S) appended, earlier keys carried), lengths advanced by S.
 std::tuple<Tensor, Tensor> dec(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& beta,
                                const opt<Tensor>& g, opt<double> scale, const Tensor& cache_k, const Tensor& cache_v,

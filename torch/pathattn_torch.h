@@ -1,5 +1,5 @@
 // PaTH attention for libtorch C++ code: differentiable entry points over the pathattn::fwd / pathattn::bwd ops.
-// Link the CMake target pathattn_torch. Shapes (SPEC 2; B batch, T length, HQ query heads, H kv heads, D, DV):
+// Link the CMake target pathattn_torch. Shapes (docs/spec.md §2; B batch, T length, HQ query heads, H kv heads, D, DV):
 //   q [B, T, HQ, D], k and w [B, T, H, D], v [B, T, H, DV], beta [B, T, H] in [0, 2], g [B, T, HQ] (log forget
 //   gate <= 0, optional), cu_seqlens [N + 1] int32 with B == 1 (packed variable-length batch, optional).
 // dtypes: CPU float32 (float64 runs the reference, for gradcheck); CUDA bfloat16/float16 q, k, v with f32 beta, g.
@@ -22,7 +22,7 @@ torch::Tensor path_attention(const torch::Tensor& q, const torch::Tensor& k, con
 struct PathAttentionOutput {
   torch::Tensor o;       // [B, T, HQ, DV], differentiable
   torch::Tensor lse;     // [B, T, HQ] f32 natural-log normaliser, differentiable too
-  torch::Tensor kcache;  // [B, T, H, D] keys carried to the end of their sequence (SPEC 4), no gradient;
+  torch::Tensor kcache;  // [B, T, H, D] keys carried to the end of their sequence (docs/spec.md §4), no gradient;
                          // undefined unless with_kcache
 };
 
@@ -31,7 +31,7 @@ PathAttentionOutput path_attention_ex(const torch::Tensor& q, const torch::Tenso
                                       const std::optional<torch::Tensor>& g, std::optional<double> scale,
                                       const std::optional<torch::Tensor>& cu_seqlens, bool with_kcache);
 
-// Decoding state (SPEC 4): the key cache of B sequences, owned by the caller, updated in place by decode().
+// Decoding state (docs/spec.md §4): the key cache of B sequences, owned by the caller, updated in place by decode().
 // CPU float32 for now (the core's decode()); after a prefill, from_prefill() holds its kcache, v and gates.
 struct DecodeState {
   torch::Tensor k;        // [B, Tmax, H, D] f32   rows [0, len): keys carried to each sequence's last token

@@ -1,4 +1,4 @@
-"""The PaTH attention layer of SPEC section 5, with fla's constructor knobs and parameter names (fla's PaTHAttention
+"""The PaTH attention layer of docs/spec.md §5, with fla's constructor knobs and parameter names (fla's PaTHAttention
 state_dict loads with strict=True). The C++ model's layer (model/attention.{h,cpp}) is the same layer: the same
 parameter names, initialisation and options; tests/python/test_cross_language.py checks that one set of weights gives
 the same outputs in both."""
@@ -117,7 +117,7 @@ class PaTHAttention(nn.Module):
         self.use_w_shortconv = use_w_shortconv
         self.conv_size = conv_size
         self.layer_idx = layer_idx
-        self.beta_max = beta_max  # optional clamp of beta to [0, beta_max] (guards bf16 runs, SPEC 5)
+        self.beta_max = beta_max  # optional clamp of beta to [0, beta_max] (guards bf16 runs, docs/spec.md §5)
         if gate_scale not in ("none", "fla"):
             raise ValueError(f"gate_scale: expected 'none' or 'fla', got {gate_scale!r}")
         self.gate_scale = gate_scale
@@ -170,7 +170,7 @@ class PaTHAttention(nn.Module):
         v = self.v_proj(x).view(B, T, H, D)
         q, k = self.maybe_q_norm(q), self.maybe_k_norm(k)
 
-        # beta, g, w in f32 (SPEC 6); on the CPU every input shares q's dtype (f32, or f64 for gradcheck).
+        # beta, g, w in f32 (docs/spec.md §6); on the CPU every input shares q's dtype (f32, or f64 for gradcheck).
         fdtype = x.dtype if x.device.type == "cpu" else torch.float32
         w = self.w_proj(x)  # [B, T, H * D]
         if self.use_w_shortconv:
