@@ -22,11 +22,12 @@ struct PathAttentionFunction : torch::autograd::Function<PathAttentionFunction> 
   // Tensor would make torch 1.13's Function::apply fail).
   static variable_list forward(AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& v,
                                const Tensor& w, const Tensor& beta, const opt<Tensor>& g, opt<double> scale,
-                               const opt<Tensor>& cu_seqlens, bool with_kcache) {
+                               const opt<Tensor>& cu_seqlens, bool with_kcache, bool deterministic) {
     auto [o, lse, kcache] = torch_ops::call_fwd(q, k, v, w, beta, g, scale, cu_seqlens, with_kcache);
     // Absent optionals are saved as undefined tensors.
     ctx->save_for_backward({q, k, v, w, beta, g.value_or(Tensor()), cu_seqlens.value_or(Tensor()), o, lse});
     ctx->saved_data["scale"] = scale;  // None: the default D^-0.5
+    ctx->saved_data["deterministic"] = deterministic;
     ctx->mark_non_differentiable({kcache});
     // Unused outputs then give undefined gradients instead of zero tensors we would have to inspect.
     ctx->set_materialize_grads(false);
@@ -42,8 +43,9 @@ struct PathAttentionFunction : torch::autograd::Function<PathAttentionFunction> 
     const Tensor dout = grads[0].defined() ? grads[0] : at::zeros_like(o);  // [B, T, HQ, DV]
     // A loss that uses lse too: dlse enters as delta_i - dlse_i (docs/math.md Eq. 6); undefined: none.
     auto [dq, dk, dv, dw, dbeta, dg] =
-        torch_ops::call_bwd(q, k, v, w, beta, to_opt(g), sc, to_opt(cu), o, lse, dout, to_opt(grads[1]));
-    return {dq, dk, dv, dw, dbeta, g.defined() ? dg : Tensor(), Tensor(), Tensor(), Tensor()};
+        torch_ops::call_bwd(q, k, v, w, beta, to_opt(g), sc, to_opt(cu), o, lse, dout, to_opt(grads[1]),
+                            ctx->saved_data["deterministic"].toBool());
+    return {dq, dk, dv, dw, dbeta, g.defined() ? dg : Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 
@@ -52,16 +54,16 @@ struct PathAttentionFunction : torch::autograd::Function<PathAttentionFunction> 
 PathAttentionOutput path_attention_ex(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w,
                                       const Tensor& beta, const std::optional<Tensor>& g,
                                       std::optional<double> scale, const std::optional<Tensor>& cu_seqlens,
-                                      bool with_kcache) {
+                                      bool with_kcache, bool deterministic) {
   variable_list r = PathAttentionFunction::apply(q, k, v, w, beta, to_opt(g), to_opt_scale(scale),
-                                                  to_opt(cu_seqlens), with_kcache);
+                                                  to_opt(cu_seqlens), with_kcache, deterministic);
   return {r[0], r[1], with_kcache ? r[2] : Tensor()};
 }
 
 Tensor path_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& beta,
                       const std::optional<Tensor>& g, std::optional<double> scale,
-                      const std::optional<Tensor>& cu_seqlens) {
-  return path_attention_ex(q, k, v, w, beta, g, scale, cu_seqlens, false).o;
+                      const std::optional<Tensor>& cu_seqlens, bool deterministic) {
+  return path_attention_ex(q, k, v, w, beta, g, scale, cu_seqlens, false, deterministic).o;
 }
 
 }  // namespace pathattn

@@ -99,10 +99,11 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> bwd(const Tensor& q, 
                                                                const opt<Tensor>& g, opt<double> scale,
                                                                const opt<Tensor>& cu_seqlens, const Tensor& o,
                                                                const Tensor& lse, const Tensor& dout,
-                                                               const opt<Tensor>& dlse) {
+                                                               const opt<Tensor>& dlse, bool deterministic) {
   return translate_errors([&] {
     std::vector<Tensor> workspace;
-    const Inputs in = make_inputs(q, k, v, w, beta, g, scale, cu_seqlens, &workspace);
+    Inputs in = make_inputs(q, k, v, w, beta, g, scale, cu_seqlens, &workspace);
+    in.deterministic = deterministic;  // CUDA: the fixed summation order (the CPU backward is always deterministic)
     supports(in, Backend::automatic, true);
     const c10::OptionalDeviceGuard guard(kernel_device(q));
     const bool gated = in.g.defined();
@@ -176,9 +177,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> call_bwd(const Tensor
                                                                     opt<double> scale,
                                                                     const opt<Tensor>& cu_seqlens,
                                                                     const Tensor& o, const Tensor& lse,
-                                                                    const Tensor& dout, const opt<Tensor>& dlse) {
+                                                                    const Tensor& dout, const opt<Tensor>& dlse,
+                                                                    bool deterministic) {
   static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("pathattn::bwd", "").typed<decltype(bwd)>();
-  return op.call(q, k, v, w, beta, g, scale, cu_seqlens, o, lse, dout, dlse);
+  return op.call(q, k, v, w, beta, g, scale, cu_seqlens, o, lse, dout, dlse, deterministic);
 }
 
 std::tuple<Tensor, Tensor> call_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w,
@@ -200,8 +202,8 @@ TORCH_LIBRARY(pathattn, m) {
       "bool return_kcache) -> (Tensor o, Tensor lse, Tensor kcache)");
   m.def(
       "bwd(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, float? scale, Tensor? cu_seqlens, "
-      "Tensor o, Tensor lse, Tensor do, Tensor? dlse) -> (Tensor dq, Tensor dk, Tensor dv, Tensor dw, Tensor dbeta, "
-      "Tensor dg)");
+      "Tensor o, Tensor lse, Tensor do, Tensor? dlse, bool deterministic=True) -> (Tensor dq, Tensor dk, Tensor dv, "
+      "Tensor dw, Tensor dbeta, Tensor dg)");
   m.def(
       "decode(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, float? scale, Tensor(a!) cache_k, "
       "Tensor(b!) cache_v, Tensor(c!)? cache_gcum, Tensor(d!) cache_lengths) -> (Tensor o, Tensor lse)");

@@ -39,7 +39,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> call_fwd(const at::Tensor& q, con
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> call_bwd(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& w, const at::Tensor& beta,
     const opt<at::Tensor>& g, opt<double> scale, const opt<at::Tensor>& cu_seqlens, const at::Tensor& o,
-    const at::Tensor& lse, const at::Tensor& dout, const opt<at::Tensor>& dlse);
+    const at::Tensor& lse, const at::Tensor& dout, const opt<at::Tensor>& dlse, bool deterministic = true);
 
 std::tuple<at::Tensor, at::Tensor> call_decode(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                const at::Tensor& w, const at::Tensor& beta, const opt<at::Tensor>& g,

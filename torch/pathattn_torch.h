@@ -13,11 +13,13 @@
 namespace pathattn {
 
 // o [B, T, HQ, DV], differentiable in q, k, v, w, beta, g. scale defaults to D^-0.5 (the gate is not scaled).
+// deterministic: the CUDA backward sums across blocks in a fixed order (bitwise repeatable; measured 10-16% slower
+// than the free order on the H200, docs/perf/notes.md); the CPU backward is always deterministic.
 torch::Tensor path_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const torch::Tensor& w, const torch::Tensor& beta,
                              const std::optional<torch::Tensor>& g = std::nullopt,
                              std::optional<double> scale = std::nullopt,
-                             const std::optional<torch::Tensor>& cu_seqlens = std::nullopt);
+                             const std::optional<torch::Tensor>& cu_seqlens = std::nullopt, bool deterministic = true);
 
 struct PathAttentionOutput {
   torch::Tensor o;       // [B, T, HQ, DV], differentiable
@@ -29,7 +31,8 @@ struct PathAttentionOutput {
 PathAttentionOutput path_attention_ex(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                       const torch::Tensor& w, const torch::Tensor& beta,
                                       const std::optional<torch::Tensor>& g, std::optional<double> scale,
-                                      const std::optional<torch::Tensor>& cu_seqlens, bool with_kcache);
+                                      const std::optional<torch::Tensor>& cu_seqlens, bool with_kcache,
+                                      bool deterministic = true);
 
 // Decoding state (docs/spec.md §4): the key cache of B sequences, owned by the caller, updated in place by decode().
 // CPU float32 for now (the core's decode()); after a prefill, from_prefill() holds its kcache, v and gates.

@@ -62,3 +62,17 @@ def test_prefill_key_cache_carries_keys_to_the_end():
                 expect[0, j] = kj - bt[:, None] * (kj * wt).sum(-1, keepdim=True) * wt
     torch.testing.assert_close(kcache, expect, rtol=0, atol=F64_VS_REFERENCE_ATOL)
     torch.testing.assert_close(o, pathattn.path_attention(**x), rtol=0, atol=0)
+
+
+def test_deterministic_switch_is_accepted_and_cpu_is_always_deterministic():
+    """path_attention(..., deterministic=False) reaches the backward op (the CUDA kernels' free summation order);
+    the CPU backward sums in one order either way, so its gradients are the same bits."""
+    x = random_inputs(1, 70, 2, 4, 16, 16, gate=True, seed=21)
+    grads = []
+    for det in (True, False):
+        leaves = {n: t.clone().requires_grad_(True) for n, t in x.items() if t is not None and t.is_floating_point()}
+        o = pathattn.path_attention(**{**x, **leaves}, deterministic=det)
+        o.square().sum().backward()
+        grads.append([leaves[n].grad for n in sorted(leaves)])
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
