@@ -26,6 +26,24 @@ SUMMARY=$OUT/summary.txt
 : > "$SUMMARY"
 note() { echo "$*" | tee -a "$SUMMARY"; }
 
+# The torch extension and/or the model against the machine's torch, in build-gpu-torch (model and torch modes
+# share it, so either reuses the other's kernels): build_torch LOG TARGET...
+build_torch() {
+  local log=$1; shift
+  { cmake -S . -B build-gpu-torch -DPATHATTN_TORCH=ON -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=OFF -DPATHATTN_BENCH=OFF \
+      -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')" \
+      -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) &&
+    make -C build-gpu-torch -j16 "$@"; } > "$OUT/$log" 2>&1
+}
+# One training step of PaTH vs RoPE (model/bench_step_main.cpp); the table only in the summary (a failed
+# mechanism's full error, with torch's backtrace, stays in bench_step.log).
+run_bench_step() {
+  local t0=$(date +%s)
+  timeout 180 build-gpu-torch/model/bench_step --device cuda --csv "$OUT/bench_step.csv" > "$OUT/bench_step.log" 2>&1
+  note "bench_step: rc=$? ($(( $(date +%s) - t0 )) s)"
+  grep -E '^(# |mechanism |[a-z-]+ +[0-9.]+ )' "$OUT/bench_step.log" | tee -a "$SUMMARY"
+}
+
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv; nvcc --version | tail -2;
   python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'; } >> "$SUMMARY" 2>&1
 
@@ -41,18 +59,10 @@ fi
 
 # model mode first, and alone: it needs no googletest (tests off) and none of the builds below.
 if [ "$MODE" = model ]; then
-  # Same configuration as torch mode (same folder), so either mode reuses the other's kernels.
   t0=$(date +%s)
-  if { cmake -S . -B build-gpu-torch -DPATHATTN_TORCH=ON -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=OFF -DPATHATTN_BENCH=OFF \
-         -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')" \
-         -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) &&
-       make -C build-gpu-torch -j16 bench_step; } > "$OUT/model_build.log" 2>&1; then
+  if build_torch model_build.log bench_step; then
     note "model build: ok ($(( $(date +%s) - t0 )) s)"
-    t0=$(date +%s)
-    timeout 180 build-gpu-torch/model/bench_step --device cuda --csv "$OUT/bench_step.csv" > "$OUT/bench_step.log" 2>&1
-    note "bench_step: rc=$? ($(( $(date +%s) - t0 )) s)"
-    # The table only (a failed mechanism's full error, with torch's backtrace, stays in bench_step.log).
-    grep -E '^(# |mechanism |[a-z-]+ +[0-9.]+ )' "$OUT/bench_step.log" | tee -a "$SUMMARY"
+    run_bench_step
   else
     note "model build FAILED (see model_build.log)"; tail -20 "$OUT/model_build.log"
   fi
@@ -132,10 +142,7 @@ if [ "$MODE" = torch ]; then
   # The torch extension and the C++ model against the machine's torch; pytest; forward+backward and peak memory
   # beside SDPA and fla (bench/cuda/bench_train.py); one training step of PaTH vs RoPE (model/bench_step_main.cpp).
   t0=$(date +%s)
-  if { cmake -S . -B build-gpu-torch -DPATHATTN_TORCH=ON -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=OFF -DPATHATTN_BENCH=OFF \
-         -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')" \
-         -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) &&
-       make -C build-gpu-torch -j16 pathattn_torch bench_step; } > "$OUT/torch_build.log" 2>&1; then
+  if build_torch torch_build.log pathattn_torch bench_step; then
     note "torch extension + model build: ok ($(( $(date +%s) - t0 )) s)"
     LIB=$(find build-gpu-torch -name 'libpathattn_torch.so' | head -1)
     t0=$(date +%s)
@@ -148,12 +155,7 @@ if [ "$MODE" = torch ]; then
         --md "$OUT/train.md" --csv "$OUT/train.csv" ${TRAIN_BENCH_ARGS:-} > "$OUT/train.log" 2>&1
       note "bench_train: rc=$? ($(( $(date +%s) - t0 )) s)"
     fi
-    if [ "${SKIP_TRAIN_BENCH:-0}" != 1 ] && [ "${SKIP_STEP_BENCH:-0}" != 1 ]; then
-      t0=$(date +%s)
-      timeout 180 build-gpu-torch/model/bench_step --device cuda --csv "$OUT/bench_step.csv" > "$OUT/bench_step.log" 2>&1
-      note "bench_step: rc=$? ($(( $(date +%s) - t0 )) s)"
-      grep -E '^(# |mechanism |[a-z-]+ +[0-9.]+ )' "$OUT/bench_step.log" | tee -a "$SUMMARY"
-    fi
+    [ "${SKIP_TRAIN_BENCH:-0}" != 1 ] && [ "${SKIP_STEP_BENCH:-0}" != 1 ] && run_bench_step
   else
     note "torch extension build FAILED (see torch_build.log)"; tail -20 "$OUT/torch_build.log"
   fi

@@ -56,8 +56,9 @@ Plan make_plan(const std::vector<Segment>& segs, int H, bool backward) {
   std::vector<int> by_len(pl.seqs.size());
   for (std::size_t i = 0; i < pl.seqs.size(); ++i) by_len[i] = static_cast<int>(i);
   std::stable_sort(by_len.begin(), by_len.end(), [&](int a, int b) { return pl.seqs[a].count > pl.seqs[b].count; });
-  for (int si : by_len)
-    for (int c = pl.seqs[si].first + pl.seqs[si].count - 1; c >= pl.seqs[si].first; --c) pl.fwd_order.push_back(c);
+  if (!backward)
+    for (int si : by_len)
+      for (int c = pl.seqs[si].first + pl.seqs[si].count - 1; c >= pl.seqs[si].first; --c) pl.fwd_order.push_back(c);
   if (backward) {
     // Backward: task (c, h) adds to dQ^_m and dP_j of later chunks after task (c + 1, h) did (kernels/bwd_main.cuh:
     // the fixed summation order). A CTA waits only for tasks earlier in this list, which were taken before it and

@@ -14,9 +14,9 @@ struct Plan {
   std::vector<SeqInfo> seqs;      // [num_seqs]
   int max_chunks = 0;             // of one sequence
   // Forward main kernel: query chunks, sequences longest first, a sequence's chunks from its last to its first.
-  std::vector<int> fwd_order;     // [NC]
+  std::vector<int> fwd_order;     // [NC] (forward plans only)
   // Backward main kernel: key-chunk tasks (chunk * H + h) in the order CTAs take them.
-  std::vector<int> bwd_tasks;     // [NC * H]
+  std::vector<int> bwd_tasks;     // [NC * H] (backward plans only)
 };
 
 // Sequences as (b, t0, len): from the problem, or from cu_seqlens read back from the device (on `stream`).

@@ -27,7 +27,7 @@ __device__ __forceinline__ void load_a_t(uint32_t (&a)[KB][4], const T* s, int l
   for (int kk = 0; kk < KB; ++kk) ldsm_x4_t(a[kk], smem_addr(s + (kk * 16 + k) * ld + i));
 }
 
-// acc (rows row0 + g, + 8; NT column tiles from col0) times `scale`, rounded to T, into a row-major tile.
+// acc (rows row0 + g, + 8; NT column tiles of 8) times `scale`, rounded to T, into a row-major tile.
 template <typename T, int NT>
 __device__ __forceinline__ void store_acc(const float (&acc)[NT][4], T* s, int64_t ld, int row0, float scale = 1.f) {
   const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
