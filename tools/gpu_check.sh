@@ -7,6 +7,8 @@
 #          on small forward and backward cases, bench_fwd --bwd (forward, backward, both summation modes) + baselines
 #   quick: the gpu tests and bench_fwd with per-stage times, no sanitizer, no baselines
 #   ncu:   the gpu tests, then Nsight Compute on one 32 x 4096 (H 32, D 64) forward: each kernel once
+#   bwd:   the gpu tests, bench_fwd --bwd with per-stage times (PATHATTN_CUDA_PROFILE=1), then Nsight Compute on
+#          one backward's bwd_main and bwd_local (NCU_SHAPE, default 32,4096,32,64); no sanitizer, no baselines
 #   torch: the torch extension and the model built against the machine's torch (CUDA on), pytest tests/python on
 #          it, bench/cuda/bench_train.py (forward+backward, peak memory, beside SDPA and fla) and bench_step
 #          (a ~100M-parameter PaTH vs RoPE training step); SKIP_TRAIN_BENCH=1 stops after pytest
@@ -83,7 +85,7 @@ if command -v cuobjdump >/dev/null; then
 fi
 grep -A2 "Compiling entry function.*\(fwd_kernel\|bwd_main\|bwd_local\)" "$OUT/build.log" | grep -E "entry|registers|spill" | tail -48 >> "$OUT/registers.txt" || true
 
-if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ] || [ "$MODE" = ncu ]; then
+if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ] || [ "$MODE" = ncu ] || [ "$MODE" = bwd ]; then
   t0=$(date +%s)
   EXCL=(); [ "${GPU_SKIP_LONG:-0}" = 1 ] && EXCL=(-E 'Long/')
   (cd build-gpu && ctest -L gpu -j 16 --output-on-failure --timeout 400 "${EXCL[@]}") > "$OUT/tests.log" 2>&1
@@ -94,7 +96,7 @@ if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ] || [ "$MODE" =
   build-gpu/tests/cuda/test_cuda_backward --gtest_filter=-Long/* > "$OUT/errors_bwd.log" 2>&1 || true
   grep -E "^\[  FAILED|^\[  PASSED" "$OUT/errors_bwd.log" | tail -20 | tee -a "$SUMMARY"
 
-  if [ "$MODE" != quick ] && [ "$MODE" != ncu ]; then
+  if [ "$MODE" != quick ] && [ "$MODE" != ncu ] && [ "$MODE" != bwd ]; then
   SMALL='*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16:CudaSupport.*'
   SMALL_BWD='*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16'
   for tool in memcheck racecheck; do
@@ -125,6 +127,21 @@ if [ "$MODE" = ncu ]; then
     build-gpu/bench/cuda/bench_fwd --iters 1 --shape ${NCU_SHAPE:-32,4096,32,64} > "$OUT/ncu.txt" 2>&1
   note "ncu: rc=$? ($(( $(date +%s) - t0 )) s)"
   grep -E "^  [a-z_]+.*\(|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Warp Cycles Per Issued|Issued Ipc|No Eligible|Stall|Shared Memory Configuration|Dynamic Shared" "$OUT/ncu.txt" | head -120 | tee -a "$SUMMARY"
+fi
+
+if [ "$MODE" = bwd ]; then
+  t0=$(date +%s)
+  PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --iters 5 --csv "$OUT/ours.csv" > "$OUT/bench.log" 2>&1
+  note "bench_fwd --bwd (profiled): rc=$? ($(( $(date +%s) - t0 )) s)"
+  # The stage lines of the last profiled call before each table row, then the row.
+  awk '/profile\]/{line=line" "$3"="$4} /^ +[0-9]/{print $0; print "   stages:" line; line=""; next} /^#|^ +B/' "$OUT/bench.log" | tee -a "$SUMMARY"
+  t0=$(date +%s)
+  ncu --clock-control none -k "regex:bwd_main|bwd_local" --launch-skip 2 --launch-count 2 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+    --section LaunchStats --section ComputeWorkloadAnalysis --section SchedulerStats --section SourceCounters \
+    build-gpu/bench/cuda/bench_fwd --bwd --iters 1 --shape ${NCU_SHAPE:-32,4096,32,64} > "$OUT/ncu.txt" 2>&1
+  note "ncu (backward): rc=$? ($(( $(date +%s) - t0 )) s)"
+  grep -E "^  [a-z_]+.*\(|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Warp Cycles Per Issued|Issued Ipc|No Eligible|Stall|Dynamic Shared" "$OUT/ncu.txt" | head -80 | tee -a "$SUMMARY"
 fi
 
 if [ "$MODE" = all ] || [ "$MODE" = bench ]; then

@@ -9,7 +9,7 @@
 namespace pathattn::cuda {
 
 constexpr int kChunk = 64;  // C: tokens per chunk, rows of one UT factor (docs/math.md Eq. 10)
-constexpr int kLocalTiles = 10;  // f32 [C, D] scratch tiles per chunk-local backward CTA (kernels/bwd_local.cuh)
+constexpr int kLocalTiles = 11;  // f32 [C, D] scratch tiles per chunk-local backward CTA (kernels/bwd_local.cuh)
 
 // One chunk of one sequence. Chunks restart at each sequence start (varlen), so only a sequence's
 // last chunk can be shorter than kChunk.

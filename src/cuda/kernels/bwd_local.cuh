@@ -25,72 +25,123 @@ namespace local_detail {
 constexpr int C = kChunk;
 constexpr int LC = C + 1;  // C x C f32 tiles in shared memory: odd row length, conflict-free column walks
 constexpr int kThreads = 256;
-// f32 scratch tiles [C][D] per CTA: staged inputs and chunk-local intermediates.
-enum Tile { kW, kK, kV, kBW, kU, kQ, kDO, kDU, kDBW, kDW, kTiles };
+// f32 scratch tiles [C][D] per CTA: staged inputs and chunk-local intermediates; kDKc holds a C x C tile (row
+// stride C; D >= C) kept out of shared memory so that two CTAs fit on an SM (docs/perf/notes.md, v3).
+enum Tile { kW, kK, kV, kBW, kU, kQ, kDO, kDU, kDBW, kDW, kDKc, kTiles };
 static_assert(kTiles == kLocalTiles, "params.h sizes the scratch slots");
 
 __device__ __forceinline__ float to_f(float x) { return x; }
 __device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
 
-// Cm[64 x N] (+)= alpha * A B with A(i, k) = A[i * ai + k * ak] and B(k, j) = B[k * bk + j * bj], k < K (a multiple
-// of 8). Generic pointers (shared or global). On the tensor cores in 3xTF32 (~f32 accuracy, docs/spec.md §6):
-// warp w owns rows 16 (w % 4).. and the column half w / 4. The first version (f32 FMA, a 16 x 16 thread grid) spent
-// 187 of a 290 ms backward here at 32 x 4096, D = 64 (docs/perf/notes.md). Ends with a barrier: the next product may
-// read Cm.
-template <int N>
+// Which operands of a product hold values exact in TF32 (staged from bf16 / f16 inputs: q, k, v, do), so that
+// 3xTF32 needs no low part for them (tf32.cuh, mma_split_a).
+enum Exact { kNone = 0, kA = 1, kB = 2, kAB = 3 };
+
+// Cm[64 x N] (+)= alpha * A B with A(i, k) = A[i * ai + k * ak] and B(k, j) = B[k * bk + j * bj], k < K. Generic
+// pointers (shared or global). On the tensor cores in 3xTF32 (~f32 accuracy, docs/spec.md §6): warp w owns rows
+// 16 (w % 4).. and the column half w / 4. The operands of KB k-steps are loaded before any of their products, so a
+// product waits for one memory latency per KB steps, not one per step (v3: the loop used to interleave them and
+// the kernel was latency-bound; docs/perf/notes.md). Ends with a barrier: the next product may read Cm.
+template <int N, int K, int kExact = kNone>
 __device__ __forceinline__ void mm(float* Cm, int ldc, const float* A, int ai, int ak, const float* Bm, int bk, int bj,
-                                   int K, float alpha, bool accumulate) {
-  constexpr int NT = N / 16;  // n tiles of 8 per warp
+                                   float alpha, bool accumulate) {
+  constexpr int NT = N / 16;               // n tiles of 8 per warp
+  constexpr int KB = N >= 128 ? 2 : 4;     // k-steps per load batch (registers: KB (4 + 2 NT) floats)
+  static_assert(K % (8 * KB) == 0, "K must be a multiple of the load batch");
+  constexpr bool kAx = (kExact & kA) != 0, kBx = (kExact & kB) != 0;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int r0 = 16 * (warp % 4), c0 = (warp / 4) * (N / 2);
   float acc[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
-#pragma unroll 2
-  for (int k0 = 0; k0 < K; k0 += 8) {
-    const float a[4] = {A[(r0 + g) * ai + (k0 + t) * ak], A[(r0 + g + 8) * ai + (k0 + t) * ak],
-                        A[(r0 + g) * ai + (k0 + t + 4) * ak], A[(r0 + g + 8) * ai + (k0 + t + 4) * ak]};
-    uint32_t ah[4], al[4];
+  const float* Ar = A + (r0 + g) * ai + t * ak;
+  const float* Bc = Bm + t * bk + (c0 + g) * bj;
+#pragma unroll 1
+  for (int k0 = 0; k0 < K; k0 += 8 * KB) {
+    float a[KB][4], b[KB][NT][2];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      ah[i] = tf32_bits(a[i]);
-      al[i] = tf32_bits(a[i] - __uint_as_float(ah[i]));
+    for (int kb = 0; kb < KB; ++kb) {
+      const int k = k0 + 8 * kb;
+      a[kb][0] = Ar[k * ak];
+      a[kb][1] = Ar[8 * ai + k * ak];
+      a[kb][2] = Ar[(k + 4) * ak];
+      a[kb][3] = Ar[8 * ai + (k + 4) * ak];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        b[kb][nt][0] = Bc[k * bk + nt * 8 * bj];
+        b[kb][nt][1] = Bc[(k + 4) * bk + nt * 8 * bj];
+      }
     }
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int n = c0 + nt * 8 + g;
-      mma_split_a<true>(acc[nt], ah, al, Bm[(k0 + t) * bk + n * bj], Bm[(k0 + t + 4) * bk + n * bj]);
+    for (int kb = 0; kb < KB; ++kb) {
+      uint32_t ah[4], al[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        ah[i] = kAx ? __float_as_uint(a[kb][i]) : tf32_bits(a[kb][i]);
+        al[i] = kAx ? 0u : tf32_bits(a[kb][i] - __uint_as_float(ah[i]));
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) mma_split_a<kAx, kBx>(acc[nt], ah, al, b[kb][nt][0], b[kb][nt][1]);
     }
   }
+  float* Cr = Cm + (r0 + g) * ldc + c0 + 2 * t;
+  if (accumulate) {
+    float c[NT][4];
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float* c = Cm + (r0 + g + 8 * (e / 2)) * ldc + c0 + nt * 8 + 2 * t + e % 2;
-      *c = accumulate ? *c + alpha * acc[nt][e] : alpha * acc[nt][e];
-    }
+      for (int e = 0; e < 4; ++e) c[nt][e] = Cr[8 * (e / 2) * ldc + nt * 8 + e % 2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) Cr[8 * (e / 2) * ldc + nt * 8 + e % 2] = c[nt][e] + alpha * acc[nt][e];
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) Cr[8 * (e / 2) * ldc + nt * 8 + e % 2] = alpha * acc[nt][e];
+  }
   __syncthreads();
 }
 
 // Rows [0, n) of a [C, D] view (row stride rs, elements of type X) into an f32 tile [C][D]; rows >= n are zero.
+// A thread's loads are issued in batches of 16 before their stores (one latency per batch, 16 registers).
 template <int D, typename X>
 __device__ __forceinline__ void stage(float* dst, const X* src, int64_t rs, int n) {
-  for (int e = threadIdx.x; e < C * D; e += kThreads) {
-    const int r = e / D, d = e % D;
-    dst[e] = r < n ? to_f(src[r * rs + d]) : 0.f;
+  constexpr int kPer = C * D / kThreads, kBatch = kPer < 16 ? kPer : 16;
+#pragma unroll 1
+  for (int i0 = 0; i0 < kPer; i0 += kBatch) {
+    float v[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int e = threadIdx.x + (i0 + i) * kThreads, r = e / D, d = e % D;
+      v[i] = r < n ? to_f(src[r * rs + d]) : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) dst[threadIdx.x + (i0 + i) * kThreads] = v[i];
   }
 }
 
 // Rows [0, n) of an f32 tile [C][D] into a [C, D] view of type X.
 template <int D, typename X>
 __device__ __forceinline__ void write_rows(X* dst, int64_t rs, const float* src, int n) {
-  for (int e = threadIdx.x; e < n * D; e += kThreads) {
-    const int r = e / D, d = e % D;
-    if constexpr (std::is_same_v<X, float>)
-      dst[r * rs + d] = src[e];
-    else
-      dst[r * rs + d] = TypeTraits<X>::from_float(src[e]);
+  constexpr int kPer = C * D / kThreads, kBatch = kPer < 16 ? kPer : 16;
+#pragma unroll 1
+  for (int i0 = 0; i0 < kPer; i0 += kBatch) {
+    float v[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) v[i] = src[threadIdx.x + (i0 + i) * kThreads];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int e = threadIdx.x + (i0 + i) * kThreads, r = e / D, d = e % D;
+      if (r < n) {
+        if constexpr (std::is_same_v<X, float>)
+          dst[r * rs + d] = v[i];
+        else
+          dst[r * rs + d] = TypeTraits<X>::from_float(v[i]);
+      }
+    }
   }
 }
 
@@ -102,6 +153,27 @@ __device__ __forceinline__ void mask(float* X, F keep) {
     if (!keep(i, j)) X[i * LC + j] = 0.f;
   }
   __syncthreads();
+}
+
+// Y = b strict_lower(X) in place for a C x C tile in shared memory (A and Y of Eq. 10, 12).
+__device__ __forceinline__ void beta_strict_lower(float* X, const float* beta) {
+  for (int e = threadIdx.x; e < C * C; e += kThreads) {
+    const int i = e / C, j = e % C;
+    X[i * LC + j] = j < i ? beta[i] * X[i * LC + j] : 0.f;
+  }
+  __syncthreads();
+}
+
+// dbeta_i += sum_d X[i][d] Y[i][d] for [C][D] tiles: 4 threads per row, all 256 busy.
+template <int D>
+__device__ __forceinline__ void add_row_dots(float* dbeta, const float* X, const float* Y) {
+  const int row = threadIdx.x / 4, q = threadIdx.x % 4;
+  float acc = 0.f;
+#pragma unroll 8
+  for (int d = q; d < D; d += 4) acc = fmaf(X[row * D + d], Y[row * D + d], acc);
+  acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+  acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+  if (q == 0) dbeta[row] += acc;
 }
 
 // Backward of X = b strict_lower(M) (Y and A of Eq. 12, 10) given dX in dX (C x C): dbeta_i += sum_{j<i} dX_ij M_ij,
@@ -124,22 +196,23 @@ __device__ __forceinline__ void strict_lower_beta_backward(float* dX, const floa
 
 template <int D>
 constexpr int bwd_local_smem_bytes() {
-  return (8 * local_detail::C * local_detail::LC + 5 * local_detail::C) * 4;
+  return (6 * local_detail::C * local_detail::LC + 5 * local_detail::C) * 4;
 }
 
+// Two CTAs per SM (101 KB of shared memory each, at most 128 registers per thread): the kernel is a chain of ~40
+// small dependent products with a barrier after each, so the other CTA's products fill the waits.
 template <typename T, int D, bool kGate>
-__global__ void __launch_bounds__(256, 1) bwd_local_kernel(const BwdParams p) {
+__global__ void __launch_bounds__(256, 2) bwd_local_kernel(const BwdParams p) {
   using namespace local_detail;
+  static_assert(!std::is_same_v<T, float>, "the Exact flags below assume q, k, v, do in bf16 or f16");
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ float smem[];
   float* sT = smem;              // [C][LC]  T = (I + A)^{-1}                      (Eq. 10)
   float* sKc = sT + C * LC;      // [C][LC]  Kcorr = T Y (the forward's M)          (Eq. 12, 14)
-  float* sY = sKc + C * LC;      // [C][LC]  Y = b strict_lower(W K^T)
-  float* sDKc = sY + C * LC;     // [C][LC]  d Kcorr
-  float* s0 = sDKc + C * LC;     // [C][LC]  A, then QWl = lower(Q W^T) per head, then dT
-  float* s1 = s0 + C * LC;       // [C][LC]  S, then P per head, then M = W K^T, W W^T
+  float* s0 = sKc + C * LC;      // [C][LC]  A, then QWl = lower(Q W^T) per head, then dT
+  float* s1 = s0 + C * LC;       // [C][LC]  Y, then S, P per head, then M = W K^T, W W^T
   float* s2 = s1 + C * LC;       // [C][LC]  dl, then ds per head, then dY, T^T dT
-  float* s3 = s2 + C * LC;       // [C][LC]  d QWl per head, then dA
+  float* s3 = s2 + C * LC;       // [C][LC]  d QWl per head, then Y again, then dA
   float* sBeta = s3 + C * LC;    // [C]
   float* sDbeta = sBeta + C;     // [C]
   float* sLse2 = sDbeta + C;     // [C]
@@ -150,6 +223,7 @@ __global__ void __launch_bounds__(256, 1) bwd_local_kernel(const BwdParams p) {
   auto tile = [&](int t) { return scratch + t * C * D; };
   float *W = tile(kW), *K = tile(kK), *V = tile(kV), *bW = tile(kBW), *U = tile(kU), *Q = tile(kQ), *dO = tile(kDO),
         *dU = tile(kDU), *dbW = tile(kDBW), *dW = tile(kDW);
+  float* dKc = tile(kDKc);  // [C][C]  d Kcorr
   const int tid = threadIdx.x;
 
   for (int task = blockIdx.x; task < p.num_chunks * p.H; task += gridDim.x) {
@@ -160,6 +234,10 @@ __global__ void __launch_bounds__(256, 1) bwd_local_kernel(const BwdParams p) {
     __syncthreads();  // the previous task is done with every tile
 
     // ---- Stage the chunk's rows (f32, zero past n) and recompute its factors (Eq. 10, 12).
+    if (tid < C) {
+      sBeta[tid] = tid < n ? p.beta[ci.b * p.sbeta.b + (int64_t)(ci.t0 + tid) * p.sbeta.t + h * p.sbeta.h] : 0.f;
+      sDbeta[tid] = 0.f;
+    }
     const int64_t row_w = ci.b * p.sw.b + (int64_t)ci.t0 * p.sw.t + h * p.sw.h;
     if (p.w_is_bf16)
       stage<D>(W, static_cast<const __nv_bfloat16*>(p.w) + row_w, p.sw.t, n);
@@ -167,37 +245,26 @@ __global__ void __launch_bounds__(256, 1) bwd_local_kernel(const BwdParams p) {
       stage<D>(W, static_cast<const float*>(p.w) + row_w, p.sw.t, n);
     stage<D>(K, static_cast<const T*>(p.k) + ci.b * p.sk.b + (int64_t)ci.t0 * p.sk.t + h * p.sk.h, p.sk.t, n);
     stage<D>(V, static_cast<const T*>(p.v) + ci.b * p.sv.b + (int64_t)ci.t0 * p.sv.t + h * p.sv.h, p.sv.t, n);
-    if (tid < C) {
-      sBeta[tid] = tid < n ? p.beta[ci.b * p.sbeta.b + (int64_t)(ci.t0 + tid) * p.sbeta.t + h * p.sbeta.h] : 0.f;
-      sDbeta[tid] = 0.f;
-    }
     __syncthreads();
     for (int e = tid; e < C * D; e += kThreads) bW[e] = sBeta[e / D] * W[e];
-    mm<C>(s0, LC, W, D, 1, W, 1, D, D, 1.f, false);  // W W^T
-    for (int e = tid; e < C * C; e += kThreads) {     // A = b strict_lower(W W^T)
-      const int i = e / C, j = e % C;
-      s0[i * LC + j] = j < i ? sBeta[i] * s0[i * LC + j] : 0.f;
-    }
-    mm<C>(sY, LC, W, D, 1, K, 1, D, D, 1.f, false);  // W K^T
-    for (int e = tid; e < C * C; e += kThreads) {    // Y = b strict_lower(W K^T)
-      const int i = e / C, j = e % C;
-      sY[i * LC + j] = j < i ? sBeta[i] * sY[i * LC + j] : 0.f;
-    }
-    __syncthreads();
+    mm<C, D>(s0, LC, W, D, 1, W, 1, D, 1.f, false);  // W W^T
+    beta_strict_lower(s0, sBeta);                    // A = b strict_lower(W W^T)
+    mm<C, D, kB>(s1, LC, W, D, 1, K, 1, D, 1.f, false);  // W K^T
+    beta_strict_lower(s1, sBeta);                        // Y = b strict_lower(W K^T)
     ut_solve_f32<C>(s0, LC, sT, LC);  // T = (I + A)^{-1} (Eq. 10)
     __syncthreads();
-    mm<C>(sKc, LC, sT, LC, 1, sY, LC, 1, C, 1.f, false);  // Kcorr = T Y
-    mm<D>(U, D, sT, LC, 1, bW, D, 1, C, 1.f, false);      // U = T b W
+    mm<C, C>(sKc, LC, sT, LC, 1, s1, LC, 1, 1.f, false);  // Kcorr = T Y
+    mm<D, C>(U, D, sT, LC, 1, bW, D, 1, 1.f, false);      // U = T b W
 
     // ---- The chunk product P = I - W^T U (Eq. 11): dW = -U dP^T, dU = -W dP (Eq. 34).
     const float* dP = p.dpacc + fac * D * D;
-    mm<D>(dW, D, U, D, 1, dP, 1, D, D, -1.f, false);
-    mm<D>(dU, D, W, D, 1, dP, D, 1, D, -1.f, false);
+    mm<D, D>(dW, D, U, D, 1, dP, 1, D, -1.f, false);
+    mm<D, D>(dU, D, W, D, 1, dP, D, 1, -1.f, false);
     // ---- K^ = K - Kcorr^T W (Eq. 14): dk += dK^ (dkacc holds dK^ and becomes dk), dKcorr = -W dK^^T,
     // dW -= Kcorr dK^ (Eq. 29).
     float* dk = p.dkacc + fac * C * D;
-    mm<C>(sDKc, LC, W, D, 1, dk, 1, D, D, -1.f, false);
-    mm<D>(dW, D, sKc, LC, 1, dk, D, 1, C, -1.f, true);
+    mm<C, D>(dKc, C, W, D, 1, dk, 1, D, -1.f, false);
+    mm<D, C>(dW, D, sKc, LC, 1, dk, D, 1, -1.f, true);
 
     // ---- Per query head: the diagonal block and the query side (Eq. 12, 13, 24-28).
     for (int j = 0; j < p.group; ++j) {
@@ -211,12 +278,12 @@ __global__ void __launch_bounds__(256, 1) bwd_local_kernel(const BwdParams p) {
         sG[tid] = kGate ? p.ws.gl[qrow * C + tid] : 0.f;
       }
       __syncthreads();
-      mm<C>(s0, LC, Q, D, 1, W, 1, D, D, 1.f, false);  // QWl = lower(Q W^T)
+      mm<C, D, kA>(s0, LC, Q, D, 1, W, 1, D, 1.f, false);  // QWl = lower(Q W^T)
       mask(s0, [](int i, int jj) { return jj <= i; });
-      mm<C>(s1, LC, Q, D, 1, K, 1, D, D, 1.f, false);  // S = lower(Q K^T) - QWl Kcorr (Eq. 12)
+      mm<C, D, kAB>(s1, LC, Q, D, 1, K, 1, D, 1.f, false);  // S = lower(Q K^T) - QWl Kcorr (Eq. 12)
       mask(s1, [](int i, int jj) { return jj <= i; });
-      mm<C>(s1, LC, s0, LC, 1, sKc, LC, 1, C, -1.f, true);
-      mm<C>(s2, LC, dO, D, 1, V, 1, D, D, 1.f, false);  // dO V^T
+      mm<C, C>(s1, LC, s0, LC, 1, sKc, LC, 1, -1.f, true);
+      mm<C, D, kAB>(s2, LC, dO, D, 1, V, 1, D, 1.f, false);  // dO V^T
       // P = exp(l - lse) and dl = P (dO V^T - delta) on the causal part (Eq. 19-20); in base 2.
       for (int e = tid; e < C * C; e += kThreads) {
         const int i = e / C, jj = e % C;
@@ -226,7 +293,7 @@ __global__ void __launch_bounds__(256, 1) bwd_local_kernel(const BwdParams p) {
         s2[i * LC + jj] = pr * (s2[i * LC + jj] - sDelta[i]);
       }
       __syncthreads();
-      mm<D>(p.dvacc + fac * C * D, D, s1, 1, LC, dO, D, 1, C, 1.f, true);  // dV += P^T dO (Eq. 5)
+      mm<D, C, kB>(p.dvacc + fac * C * D, D, s1, 1, LC, dO, D, 1, 1.f, true);  // dV += P^T dO (Eq. 5)
       if constexpr (kGate) {
         // dG_t = sum_j dl_tj - sum_i dl_it (Eq. 7): the main kernel added the row sums over earlier key chunks
         // (dgrow) and stored minus the column sums over later query chunks (dgacc); this adds the diagonal block's.
@@ -245,40 +312,41 @@ __global__ void __launch_bounds__(256, 1) bwd_local_kernel(const BwdParams p) {
       for (int e = tid; e < C * C; e += kThreads) s2[(e / C) * LC + e % C] *= p.scale;  // ds = scale dl (Eq. 6)
       __syncthreads();
       float* dq = p.dqacc + qrow * C * D;  // holds dQ^ (Eq. 21), becomes dq
-      mm<C>(s3, LC, dq, D, 1, U, 1, D, D, -1.f, false);    // Q^ = Q - QWl U: dQWl = -dQ^ U^T (Eq. 26)
-      mm<D>(dU, D, s0, 1, LC, dq, D, 1, C, -1.f, true);    //   dU -= QWl^T dQ^, dq += dQ^ (in place)
-      mm<D>(dq, D, s2, LC, 1, K, D, 1, C, 1.f, true);      // S: dq += dS K (Eq. 27)
-      mm<D>(dk, D, s2, 1, LC, Q, D, 1, C, 1.f, true);      //    dk += dS^T Q
-      mm<C>(s3, LC, s2, LC, 1, sKc, 1, LC, C, -1.f, true); //    dQWl -= dS Kcorr^T
-      mm<C>(sDKc, LC, s0, 1, LC, s2, LC, 1, C, -1.f, true); //   dKcorr -= QWl^T dS
+      mm<C, D>(s3, LC, dq, D, 1, U, 1, D, -1.f, false);     // Q^ = Q - QWl U: dQWl = -dQ^ U^T (Eq. 26)
+      mm<D, C>(dU, D, s0, 1, LC, dq, D, 1, -1.f, true);     //   dU -= QWl^T dQ^, dq += dQ^ (in place)
+      mm<D, C, kB>(dq, D, s2, LC, 1, K, D, 1, 1.f, true);   // S: dq += dS K (Eq. 27)
+      mm<D, C, kB>(dk, D, s2, 1, LC, Q, D, 1, 1.f, true);   //    dk += dS^T Q
+      mm<C, C>(s3, LC, s2, LC, 1, sKc, 1, LC, -1.f, true);  //    dQWl -= dS Kcorr^T
+      mm<C, C>(dKc, C, s0, 1, LC, s2, LC, 1, -1.f, true);   //    dKcorr -= QWl^T dS
       mask(s3, [](int i, int jj) { return jj <= i; });
-      mm<D>(dq, D, s3, LC, 1, W, D, 1, C, 1.f, true);      // QWl: dq += dQWl W (Eq. 28)
-      mm<D>(dW, D, s3, 1, LC, Q, D, 1, C, 1.f, true);      //      dW += dQWl^T Q
+      mm<D, C>(dq, D, s3, LC, 1, W, D, 1, 1.f, true);       // QWl: dq += dQWl W (Eq. 28)
+      mm<D, C, kB>(dW, D, s3, 1, LC, Q, D, 1, 1.f, true);   //      dW += dQWl^T Q
       write_rows<D>(static_cast<T*>(p.dq) + ci.b * p.sdq.b + (int64_t)ci.t0 * p.sdq.t + hq * p.sdq.h, p.sdq.t, dq, n);
     }
 
     // ---- Key side: Kcorr = T Y, U = T b W, T = (I + A)^{-1} (Eq. 29, 30).
-    mm<C>(s1, LC, W, D, 1, K, 1, D, D, 1.f, false);         // M = W K^T
-    mm<C>(s0, LC, sDKc, LC, 1, sY, 1, LC, C, 1.f, false);   // dT = dKcorr Y^T
-    mm<C>(s2, LC, sT, 1, LC, sDKc, LC, 1, C, 1.f, false);   // dY = T^T dKcorr
-    strict_lower_beta_backward(s2, s1, sBeta, sDbeta);  // Y = b strict_lower(M): dbeta, then dM = b dY
-    mm<D>(dW, D, s2, LC, 1, K, D, 1, C, 1.f, true);         // dW += dM K
-    mm<D>(dk, D, s2, 1, LC, W, D, 1, C, 1.f, true);         // dk += dM^T W
-    mm<C>(s0, LC, dU, D, 1, bW, 1, D, D, 1.f, true);        // dT += dU (b W)^T
-    mm<D>(dbW, D, sT, 1, LC, dU, D, 1, C, 1.f, false);      // d(bW) = T^T dU
-    if (tid < C) {
-      float acc = 0.f;
-      for (int d = 0; d < D; ++d) acc = fmaf(dbW[tid * D + d], W[tid * D + d], acc);
-      sDbeta[tid] += acc;
+    mm<C, D, kB>(s1, LC, W, D, 1, K, 1, D, 1.f, false);  // M = W K^T
+    for (int e = tid; e < C * C; e += kThreads) {       // Y = b strict_lower(M) again (not kept: shared memory)
+      const int i = e / C, j = e % C;
+      s3[i * LC + j] = j < i ? sBeta[i] * s1[i * LC + j] : 0.f;
     }
+    __syncthreads();
+    mm<C, C>(s0, LC, dKc, C, 1, s3, 1, LC, 1.f, false);   // dT = dKcorr Y^T
+    mm<C, C>(s2, LC, sT, 1, LC, dKc, C, 1, 1.f, false);   // dY = T^T dKcorr
+    strict_lower_beta_backward(s2, s1, sBeta, sDbeta);  // Y = b strict_lower(M): dbeta, then dM = b dY
+    mm<D, C, kB>(dW, D, s2, LC, 1, K, D, 1, 1.f, true);   // dW += dM K
+    mm<D, C>(dk, D, s2, 1, LC, W, D, 1, 1.f, true);       // dk += dM^T W
+    mm<C, D>(s0, LC, dU, D, 1, bW, 1, D, 1.f, true);      // dT += dU (b W)^T
+    mm<D, C>(dbW, D, sT, 1, LC, dU, D, 1, 1.f, false);    // d(bW) = T^T dU
+    add_row_dots<D>(sDbeta, dbW, W);
     for (int e = tid; e < C * D; e += kThreads) dW[e] += sBeta[e / D] * dbW[e];
     __syncthreads();
-    mm<C>(s2, LC, sT, 1, LC, s0, LC, 1, C, 1.f, false);     // T^T dT
-    mm<C>(s3, LC, s2, LC, 1, sT, 1, LC, C, -1.f, false);    // dA = -T^T dT T^T (Eq. 30)
-    mm<C>(s1, LC, W, D, 1, W, 1, D, D, 1.f, false);         // W W^T
+    mm<C, C>(s2, LC, sT, 1, LC, s0, LC, 1, 1.f, false);   // T^T dT
+    mm<C, C>(s3, LC, s2, LC, 1, sT, 1, LC, -1.f, false);  // dA = -T^T dT T^T (Eq. 30)
+    mm<C, D>(s1, LC, W, D, 1, W, 1, D, 1.f, false);       // W W^T
     strict_lower_beta_backward(s3, s1, sBeta, sDbeta);  // A = b strict_lower(W W^T): dbeta, then dN = b dA
-    mm<D>(dW, D, s3, LC, 1, W, D, 1, C, 1.f, true);         // dW += (dN + dN^T) W
-    mm<D>(dW, D, s3, 1, LC, W, D, 1, C, 1.f, true);
+    mm<D, C>(dW, D, s3, LC, 1, W, D, 1, 1.f, true);       // dW += (dN + dN^T) W
+    mm<D, C>(dW, D, s3, 1, LC, W, D, 1, 1.f, true);
 
     // ---- Final writes (rows of the chunk).
     const int64_t t0 = (int64_t)ci.t0;
@@ -289,6 +357,7 @@ __global__ void __launch_bounds__(256, 1) bwd_local_kernel(const BwdParams p) {
       write_rows<D>(static_cast<__nv_bfloat16*>(p.dw) + row_dw, p.sdw.t, dW, n);
     else
       write_rows<D>(static_cast<float*>(p.dw) + row_dw, p.sdw.t, dW, n);
+    __syncthreads();  // sDbeta: add_row_dots and the last strict_lower_beta_backward wrote it from other threads
     if (tid < n) p.dbeta[ci.b * p.sdbeta.b + (t0 + tid) * p.sdbeta.t + h * p.sdbeta.h] = sDbeta[tid];
   }
 }

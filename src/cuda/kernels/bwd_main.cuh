@@ -98,21 +98,32 @@ __global__ void __launch_bounds__(128, D == 64 ? 2 : 1) bwd_main_kernel(const Bw
     uint32_t va[KD][4];
     load_a<KD>(va, sE, LD, row0);
 
-    // ---- Phase 1: carry K^_c to every later chunk start, keeping each copy in the slot (Eq. 18, 32).
+    // ---- Phase 1: carry K^_c to every later chunk start, keeping each copy in the slot (Eq. 18, 32). The next
+    // step's E_m is loaded while this step's product runs: two buffers, sStep and sQ..sdO (free until phase 2;
+    // 2 C rows >= D).
     {
+      T* const step_buf[2] = {sStep, sQ};
+      if (gc + 1 < last) {
+        load_step(step_buf[0], gc + 1);
+        cp_async_commit();
+      }
       float kc[NT][4];
       load_acc<T, NT>(kc, sKt, LD, row0);
       for (int m = gc + 1; m <= last; ++m) {
         store_acc<T, NT>(kc, slot + (int64_t)(m - gc - 1) * C * D, D, row0);
         if (m == last) break;
-        __syncthreads();  // every warp is done with sStep
-        load_step(sStep, m);
-        cp_async_commit();
-        cp_async_wait<0>();
+        __syncthreads();  // every warp is done with the buffer the next load overwrites (step m - 1's)
+        if (m + 1 < last) {
+          load_step(step_buf[(m - gc) & 1], m + 1);
+          cp_async_commit();
+          cp_async_wait<1>();  // E_m has landed; E_{m+1} may still be in flight
+        } else {
+          cp_async_wait<0>();
+        }
         __syncthreads();
         uint32_t ka[KD][4];
         to_a_frags<T, NT>(kc, ka, 1.f);
-        gemm_nn<T, NT, KD, false>(kc, ka, sStep, LD);  // K~ <- K~ + K~ E_m  (K~ P_m^T, P_m^T = I + E_m)
+        gemm_nn<T, NT, KD, false>(kc, ka, step_buf[(m - gc - 1) & 1], LD);  // K~ <- K~ + K~ E_m  (K~ P_m^T)
       }
     }
 
@@ -120,17 +131,29 @@ __global__ void __launch_bounds__(128, D == 64 ? 2 : 1) bwd_main_kernel(const Bw
     float e_acc[NT][4], dv_acc[NT][4];
     zero(e_acc);
     zero(dv_acc);
+    // Loads of one query step: Q^_m and dO_m of query head hq.
+    auto load_query = [&](int m, int hq) {
+      const ChunkInfo cq = p.chunks[m];
+      load_tile<T, D, false>(sQ, LD, qhat + ((int64_t)m * p.HQ + hq) * C * D, D, C);
+      load_tile<T, D, false>(sdO, LD, dout + cq.b * p.sdo.b + (int64_t)cq.t0 * p.sdo.t + hq * p.sdo.h, p.sdo.t, cq.len);
+    };
+    // The chain step of query chunk m (below) loads K~_{c,m-1}, which is the next step's K~_{c,m}: it lands in sKp
+    // and the two pointers swap, and the next step's first Q^ and dO are loaded during the chain step too.
+    bool prefetched = false;
     for (int m = last; m > gc; --m) {
       const ChunkInfo cm = p.chunks[m];
-      __syncthreads();  // the slot's stores (phase 1) and the previous step's reads of sKt / sKp / sStep are done
-      load_tile<T, D, false>(sKt, LD, slot + (int64_t)(m - gc - 1) * C * D, D, C);
-      cp_async_commit();
+      if (!prefetched) {
+        __syncthreads();  // the slot's stores (phase 1) are done
+        load_tile<T, D, false>(sKt, LD, slot + (int64_t)(m - gc - 1) * C * D, D, C);
+        cp_async_commit();
+      }
       for (int j = 0; j < p.group; ++j) {
         const int hq = h * p.group + j;
         const int64_t qrow = (int64_t)m * p.HQ + hq;
-        load_tile<T, D, false>(sQ, LD, qhat + qrow * C * D, D, C);
-        load_tile<T, D, false>(sdO, LD, dout + cm.b * p.sdo.b + (int64_t)cm.t0 * p.sdo.t + hq * p.sdo.h, p.sdo.t, cm.len);
-        cp_async_commit();
+        if (!(prefetched && j == 0)) {
+          load_query(m, hq);
+          cp_async_commit();
+        }
         if (threadIdx.x < C) {
           sLse2[threadIdx.x] = p.lse2[qrow * C + threadIdx.x];
           sDelta[threadIdx.x] = p.delta[qrow * C + threadIdx.x];
@@ -219,14 +242,18 @@ __global__ void __launch_bounds__(128, D == 64 ? 2 : 1) bwd_main_kernel(const Bw
         __syncthreads();  // sQ, sdO, sDS are free for the next head
       }
 
+      prefetched = false;
       if (m > gc + 1) {
         // Back through K~_{c,m} = K~_{c,m-1} P_{m-1}^T (Eq. 33): dP_{m-1} += E^T K~_{c,m-1}, E <- E P_{m-1}.
         const int j = m - 1;
         load_tile<T, D, false>(sKp, LD, slot + (int64_t)(j - gc - 1) * C * D, D, C);
         load_step(sStep, j);
         cp_async_commit();
+        load_query(j, h * p.group);  // the next step's first head (sQ, sdO are free: the barrier above)
+        cp_async_commit();
+        prefetched = true;
         store_acc<T, NT>(e_acc, sE, LD, row0);
-        cp_async_wait<0>();
+        cp_async_wait<1>();  // K~_{c,m-1} and E_{m-1}; the query loads may still be in flight
         __syncthreads();
         int* count = p.count_p + (int64_t)j * p.H + h;
         if constexpr (kDet) wait_turn(count, j - 1 - gc);
@@ -246,6 +273,9 @@ __global__ void __launch_bounds__(128, D == 64 ? 2 : 1) bwd_main_kernel(const Bw
         uint32_t ea[KD][4];
         to_a_frags<T, NT>(e_acc, ea, 1.f);
         gemm_nt<T, NT, KD, false>(e_acc, ea, sStep, LD);  // E <- E + E E_j^T
+        T* const t = sKt;  // K~_{c,m-1} is the next step's K~_{c,m}
+        sKt = sKp;
+        sKp = t;
       }
     }
 

@@ -41,15 +41,15 @@ __device__ __forceinline__ void mma_f32_split(float (&d)[4], const float (&a)[4]
   mma_tf32(d, ah, bh0, bh1);
 }
 
-// The same with A already split into TF32 hi / lo parts (split once, reused across a row of n tiles).
-template <bool k3x>
+// 3xTF32 with A already split into TF32 hi / lo parts (split once, reused across a row of n tiles). An operand
+// whose values are exact in TF32 (converted from bf16 or f16: 8 or 11 significant bits against TF32's 11) has no
+// low part, so its cross term is skipped: 2 products instead of 3, or 1 when both are exact.
+template <bool kAExact, bool kBExact>
 __device__ __forceinline__ void mma_split_a(float (&d)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], float b0,
                                             float b1) {
-  const uint32_t bh0 = tf32_bits(b0), bh1 = tf32_bits(b1);
-  if constexpr (k3x) {
-    mma_tf32(d, al, bh0, bh1);
-    mma_tf32(d, ah, tf32_bits(b0 - __uint_as_float(bh0)), tf32_bits(b1 - __uint_as_float(bh1)));
-  }
+  const uint32_t bh0 = kBExact ? __float_as_uint(b0) : tf32_bits(b0), bh1 = kBExact ? __float_as_uint(b1) : tf32_bits(b1);
+  if constexpr (!kAExact) mma_tf32(d, al, bh0, bh1);
+  if constexpr (!kBExact) mma_tf32(d, ah, tf32_bits(b0 - __uint_as_float(bh0)), tf32_bits(b1 - __uint_as_float(bh1)));
   mma_tf32(d, ah, bh0, bh1);
 }
 
