@@ -8,7 +8,7 @@
 // Tolerances (tests/tolerances.h): reference (f64) kRecurrenceVsReference; cpu (f32) kF32VsF64, with
 // kF32ExactZeroAbs for outputs that are zero in exact arithmetic. The CUDA cells here are given host tensors and
 // report supports()'s answer for them; the CUDA kernels on device tensors, with FlashAttention's low-precision rule,
-// are tested by tests/cuda/test_cuda_{forward,backward}.cpp (label gpu).
+// are tested by tests/cuda/test_cuda_{forward,backward,decode}.cpp (label gpu).
 //
 // What the other files keep: test_cpu_vs_reference.cpp the wide case table and adversarial inputs of the CPU path,
 // threads, layouts, a 4096-token sequence; test_decode.cpp decode's step patterns, a forward prefill continued by

@@ -43,6 +43,15 @@ constexpr double kLayoutRounding = kThreadCountRounding;
 constexpr double kLowPrecisionFactor = 2.0;
 constexpr double kLowPrecisionAbs = 1e-3;
 
+// The CUDA decode (f32 on CUDA cores, kernels/decode.cuh) against the CPU decode on the same inputs (q, k, v already
+// rounded to bf16 / f16, the same f32 cache): both are f32 with different summation orders (team shuffles vs BLAS,
+// per-split partial softmax merged by maxima), a few eps * sqrt(terms) ~ 1e-6 relative per step; the carried cache
+// does not amplify it (|H_t| <= 1 for beta in [0, 2]), so 1,000 steps stay far below 1e-4, while a missed or doubled
+// carry, a wrong row or head is O(1e-2) or more. Outputs stored in bf16 / f16 (o) add their own rounding, at most
+// the unit roundoff below per element (round to nearest), hence at most that in relative L2.
+constexpr double kCudaDecodeVsCpu = 1e-4;
+constexpr double kBf16UnitRoundoff = 0x1p-8, kF16UnitRoundoff = 0x1p-11;
+
 // The checkpointed f64 recurrence (tests/recurrence.h) against the reference (Backend::reference): the same f64
 // arithmetic summed in another order (blocks of rows, four partial sums per dot product), which moves a result by a
 // few eps * sqrt(terms) ~ 1e-14 relative at the sizes tested; a wrong, missing or doubled term is O(1e-3) or more.

@@ -6,6 +6,7 @@
 #   all:   build, gpu tests (forward and backward; the T = 16384 backward case too unless GPU_SKIP_LONG=1), sanitizers
 #          on small forward and backward cases, bench_fwd --bwd (forward, backward, both summation modes) + baselines
 #   quick: the gpu tests and bench_fwd with per-stage times, no sanitizer, no baselines
+#   decode: the CUDA decode alone: its gpu tests, memcheck + racecheck on small cases, bench_decode_cuda
 #   ncu:   the gpu tests, then Nsight Compute on one 32 x 4096 (H 32, D 64) forward: each kernel once
 #   bwd:   the gpu tests, bench_fwd --bwd with per-stage times (PATHATTN_CUDA_PROFILE=1), then Nsight Compute on
 #          one backward's bwd_main and bwd_local (NCU_SHAPE, default 32,4096,32,64); no sanitizer, no baselines
@@ -73,7 +74,7 @@ fi
 
 t0=$(date +%s)
 if [ "$MODE" != torch ] && ! { cmake -S . -B build-gpu -DPATHATTN_TORCH=OFF -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=ON -DPATHATTN_BENCH=ON -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) \
-         "${PREFIX_ARGS[@]}" && make -C build-gpu -j16 test_cuda_forward test_cuda_backward bench_fwd; } > "$OUT/build.log" 2>&1; then
+         "${PREFIX_ARGS[@]}" && make -C build-gpu -j16 test_cuda_forward test_cuda_backward test_cuda_decode bench_fwd bench_decode_cuda; } > "$OUT/build.log" 2>&1; then
   note "BUILD FAILED (see build.log)"; tail -30 "$OUT/build.log"; exit 1
 fi
 [ "$MODE" != torch ] && note "build: ok ($(( $(date +%s) - t0 )) s)"
@@ -111,6 +112,24 @@ if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ] || [ "$MODE" =
     { echo "==== $tool"; cat "$OUT/sanitizer_one.log"; } >> "$OUT/sanitizer.log"; rm -f "$OUT/sanitizer_one.log"
   done
   fi
+fi
+if [ "$MODE" = decode ]; then
+  t0=$(date +%s)
+  (cd build-gpu && ctest -L gpu -R CudaDecode -j 8 --output-on-failure --timeout 400) > "$OUT/tests_decode.log" 2>&1
+  note "decode gpu tests: $(grep -E 'tests passed|tests failed' "$OUT/tests_decode.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+  grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess)" "$OUT/tests_decode.log" | head -20 | tee -a "$SUMMARY"
+  build-gpu/tests/cuda/test_cuda_decode > "$OUT/errors_decode.log" 2>&1 || true
+  SMALL_DEC='*D64_bf16_gate_p0x1x77*:*HQ16_D128*:*chunked*:CudaDecode.*:CudaDecodeErrors.*'
+  for tool in memcheck racecheck; do
+    t0=$(date +%s)
+    timeout 400 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/cuda/test_cuda_decode \
+      --gtest_filter="$SMALL_DEC" > "$OUT/sanitizer_decode_$tool.log" 2>&1
+    note "compute-sanitizer $tool (decode): rc=$?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_decode_$tool.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+  done
+  t0=$(date +%s)
+  timeout 300 build-gpu/bench/cuda/bench_decode_cuda > "$OUT/bench_decode.log" 2>&1
+  note "bench_decode_cuda: rc=$? ($(( $(date +%s) - t0 )) s)"
+  tee -a "$SUMMARY" < "$OUT/bench_decode.log"
 fi
 if [ "$MODE" = quick ]; then
   # Per shape: the last run's stage times, then bench_fwd's row.

@@ -150,14 +150,16 @@ struct DecodeCache {
   TensorView v;        // [B, Tmax, H, DV] f32
   TensorView gcum;     // [B, Tmax, HQ] f32 or f64  cumulative gates G_j; required iff the inputs have g
                        // (f64 keeps G_i - G_j exact at long T, docs/spec.md §6)
-  TensorView lengths;  // [B] int32  tokens in the cache per sequence; decode() adds S
+  TensorView lengths;  // [B] int32  tokens in the cache per sequence; decode() adds S. On the CPU for the CPU op, on
+                       // q's device for the CUDA op (its kernels read and advance it: a step can be graph-captured)
 };
 
 // Appends S new tokens per sequence (`in` with T = S, no cu_seqlens) to `cache` and writes their o [B, S, HQ, DV]
 // and lse [B, S, HQ] (out.kcache unused). S = 1 is one decoding step; S > 1 (speculative decoding, chunked prefill
 // on a cache) carries the cache with one UT factor per 64 tokens instead of S rank-one updates. Equal, to
 // rounding, to forward() over the longer sequence. A prefill continues from forward()'s kcache with v and G copied.
-// CPU, float32.
+// CPU: float32. CUDA: bf16 / f16 inputs, D = DV in {64, 128}, the cache in f32 with lengths on the device; there a
+// sequence whose lengths[b] + S exceeds Tmax gets NaN o and lse and is left untouched (docs/cuda.md "Decode").
 void decode(const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out, Backend backend = Backend::automatic);
 
 // Sets the number of threads the CPU paths use (0: all cores). Returns the previous value.

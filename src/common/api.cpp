@@ -48,10 +48,17 @@ Support supports(const Inputs& in, Backend backend, Op op) {
   if (op == Op::decode) {
     if (in.cu_seqlens.defined())
       return no("decode takes no cu_seqlens: the cache holds B sequences with their own lengths");
+    if (backend == Backend::cuda && p.device == Device::cuda) {
+#ifdef PATHATTN_WITH_CUDA
+      return cuda::supports_decode(p, in);
+#else
+      return no("this build of pathattn has no CUDA support (configure with PATHATTN_CUDA=ON)");
+#endif
+    }
     if (backend != Backend::cpu || p.device != Device::cpu || p.dtype != DType::f32)
-      return no(std::string("decode runs on CPU float32 tensors with Backend::cpu for now, got ") +
-                dtype_name(p.dtype) + " on " + (p.device == Device::cuda ? "cuda" : "cpu") + " with Backend::" +
-                backend_name(backend));
+      return no(std::string("decode runs on CPU float32 tensors with Backend::cpu or on CUDA tensors with ") +
+                "Backend::cuda, got " + dtype_name(p.dtype) + " on " + (p.device == Device::cuda ? "cuda" : "cpu") +
+                " with Backend::" + backend_name(backend));
   }
   const bool backward = op == Op::backward;
   switch (backend) {
@@ -153,10 +160,16 @@ void decode(const Inputs& in, const DecodeCache& cache, const ForwardOutputs& ou
       throw Error(std::string("pathattn: cache.gcum must have dtype float32 or float64, got ") + dtype_name(cache.gcum.dtype));
     check_output(cache.gcum, "cache.gcum", {p.B, Tmax, p.HQ}, cache.gcum.dtype, p);
   }
+  // lengths lives with the cache: on the CPU for the CPU op; on q's CUDA device for the CUDA op, which reads and
+  // advances it in its kernels (so no host work depends on it), where a sequence that does not fit gets NaN outputs
+  // instead of this check.
   const TensorView& len = cache.lengths;
-  if (len.ndim != 1 || len.sizes[0] != p.B || len.dtype != DType::i32 || len.device != Device::cpu || !len.data)
-    throw Error("pathattn: cache.lengths must be a CPU int32 tensor [B] = [" + std::to_string(p.B) + "]");
-  for (int64_t b = 0; b < p.B; ++b) {
+  if (len.ndim != 1 || len.sizes[0] != p.B || len.dtype != DType::i32 || len.device != p.device ||
+      len.device_index != p.device_index || !len.data)
+    throw Error("pathattn: cache.lengths must be " +
+                std::string(p.device == Device::cuda ? "an int32 tensor on q's CUDA device" : "a CPU int32 tensor") +
+                " [B] = [" + std::to_string(p.B) + "]");
+  for (int64_t b = 0; p.device == Device::cpu && b < p.B; ++b) {
     const int64_t l = static_cast<const int32_t*>(len.data)[b * len.strides[0]];
     if (l < 0 || l + p.T > Tmax)
       throw Error("pathattn: cache.lengths[" + std::to_string(b) + "] = " + std::to_string(l) + " plus the " +
@@ -168,7 +181,13 @@ void decode(const Inputs& in, const DecodeCache& cache, const ForwardOutputs& ou
   check_disjoint({{&out.o, "o"}, {&out.lse, "lse"}, {&cache.k, "cache.k"}, {&cache.v, "cache.v"},
                   {&cache.gcum, "cache.gcum"}},
                  inputs_of(in, {{&cache.lengths, "cache.lengths"}}));
-  cpu::decode(p, in, cache, out);
+  switch (backend) {
+    case Backend::cpu: cpu::decode(p, in, cache, out); break;
+#ifdef PATHATTN_WITH_CUDA
+    case Backend::cuda: cuda::decode(p, in, cache, out); break;
+#endif
+    default: throw Error("pathattn: no backend");
+  }
 }
 
 namespace {

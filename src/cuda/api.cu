@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cuda/check.h"
+#include "cuda/decode_params.h"
 #include "cuda/cuda_api.h"
 #include "cuda/dispatch.h"
 #include "cuda/params.h"
@@ -251,6 +252,83 @@ void backward(const Problem& p, const Inputs& in, const TensorView& o, const Ten
   prm.local_scratch = ws.ptr<float>(local);
   prm.deterministic = in.deterministic;
   run_backward(prm, grid, p.dtype, D, p.has_gate, stream);
+}
+
+Support supports_decode(const Problem& p, const Inputs& in) {
+  // The decode kernels read the new tokens' rows as the forward does (and have the same D / DV instances).
+  return supports(p, in, false);
+}
+
+void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out) {
+  if (Support s = supports_decode(p, in); !s) throw Error("pathattn: cuda decode: " + s.reason);
+  if (Support s = check_rows(out.o, "o", 2); !s) throw Error("pathattn: cuda decode: " + s.reason);
+  // Cache rows go through float4 loads and stores.
+  for (auto [t, name] : {std::pair{&cache.k, "cache.k"}, {&cache.v, "cache.v"}})
+    if (Support s = check_rows(*t, name, 4); !s) throw Error("pathattn: cuda decode: " + s.reason);
+  const int64_t Tmax = cache.k.sizes[1];
+  if (Tmax >= INT32_MAX)
+    throw Error("pathattn: cuda decode: the cache's Tmax = " + std::to_string(Tmax) + " exceeds the kernels' 32-bit rows");
+  if (p.B == 0 || p.T == 0) return;
+  // The lengths are on the device (not read here): only what the sizes alone rule out is an Error; a sequence whose
+  // lengths[b] + S exceeds Tmax gets NaN o and lse from the kernels and is left as it was.
+  if (p.T > Tmax)
+    throw Error("pathattn: cuda decode: the " + std::to_string(p.T) + " new tokens do not fit the cache's Tmax = " +
+                std::to_string(Tmax));
+  DeviceGuard guard(in.q.device_index);
+  const cudaStream_t stream = static_cast<cudaStream_t>(in.cuda_stream);
+  int sms = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, in.q.device_index));
+  const int ns = decode_splits(p.B, p.H, Tmax, sms);
+  if (p.B * p.H * ns > INT32_MAX || p.B * p.HQ > INT32_MAX)
+    throw Error("pathattn: cuda decode: B * H = " + std::to_string(p.B * p.H) + " exceeds the kernels' grid");
+
+  Workspace ws;
+  const std::size_t parts = static_cast<std::size_t>(p.B) * p.HQ * ns;
+  const int part_o = ws.add("decode partial o", parts * p.D * 4);
+  const int part_ml = ws.add("decode partial max, sum", parts * 2 * 4);
+  const int snap = ws.add("decode lengths seen", static_cast<std::size_t>(p.B) * 4);
+  ws.acquire(in, in.q.device_index, stream);
+
+  DecodeParams prm{};
+  prm.q = in.q.data;
+  prm.k = in.k.data;
+  prm.v = in.v.data;
+  prm.w = in.w.data;
+  prm.beta = static_cast<const float*>(in.beta.data);
+  prm.g = p.has_gate ? static_cast<const float*>(in.g.data) : nullptr;
+  prm.sq = strides_of(in.q);
+  prm.sk = strides_of(in.k);
+  prm.sv = strides_of(in.v);
+  prm.sw = strides_of(in.w);
+  prm.sbeta = strides_of(in.beta);
+  if (p.has_gate) prm.sg = strides_of(in.g);
+  prm.w_is_bf16 = in.w.dtype == DType::bf16;
+  prm.ck = static_cast<float*>(cache.k.data);
+  prm.cv = static_cast<float*>(cache.v.data);
+  prm.sck = strides_of(cache.k);
+  prm.scv = strides_of(cache.v);
+  if (p.has_gate) {
+    prm.cg = cache.gcum.data;
+    prm.cg_f64 = cache.gcum.dtype == DType::f64;
+    prm.scg = strides_of(cache.gcum);
+  }
+  prm.lengths = static_cast<int32_t*>(cache.lengths.data);
+  prm.slen = cache.lengths.strides[0];
+  prm.Tmax = static_cast<int>(Tmax);
+  prm.o = out.o.data;
+  prm.so = strides_of(out.o);
+  prm.lse = static_cast<float*>(out.lse.data);
+  prm.slse = strides_of(out.lse);
+  prm.B = static_cast<int>(p.B);
+  prm.H = static_cast<int>(p.H);
+  prm.HQ = static_cast<int>(p.HQ);
+  prm.group = static_cast<int>(p.group);
+  prm.num_splits = ns;
+  prm.scale_log2 = static_cast<float>(p.scale * 1.4426950408889634);
+  prm.part_o = ws.ptr<float>(part_o);
+  prm.part_ml = ws.ptr<float>(part_ml);
+  prm.len_snap = ws.ptr<int32_t>(snap);
+  run_decode(prm, p.dtype, static_cast<int>(p.D), static_cast<int>(p.T), stream);
 }
 
 }  // namespace pathattn::cuda

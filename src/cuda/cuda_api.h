@@ -10,5 +10,9 @@ Support supports(const Problem& p, const Inputs& in, bool backward);
 void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out);
 void backward(const Problem& p, const Inputs& in, const TensorView& o, const TensorView& lse, const TensorView& dout,
               const TensorView& dlse, const Gradients& grads);
+// Decoding (kernels/decode.cuh): what supports() says plus nothing decode-specific about the inputs; the cache's
+// layout is checked by decode(), which throws Error.
+Support supports_decode(const Problem& p, const Inputs& in);
+void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out);
 
 }  // namespace pathattn::cuda

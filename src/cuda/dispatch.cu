@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "cuda/check.h"
+#include "cuda/launch/decode_launch.h"
 #include "cuda/launch/launch.h"
 
 namespace pathattn::cuda {
@@ -134,6 +135,42 @@ BwdGrid backward_grid(DType dtype, int D, bool gate, bool det, int group) {
 
 void run_backward(const BwdParams& p, const BwdGrid& grid, DType dtype, int D, bool gate, cudaStream_t stream) {
   with_bwd_types(dtype, D, gate, p.deterministic, RunBwdFn{p, grid, stream});
+}
+
+}  // namespace pathattn::cuda
+
+namespace pathattn::cuda {
+namespace {
+
+// Query heads per pass of the decode's split kernel: the group rounded up to a power of two, at most 8 (larger
+// groups take several passes over the block's rows; registers hold kG queries and outputs per lane).
+template <typename T, int D>
+void run_decode_dim(const DecodeParams& p, int S, cudaStream_t stream) {
+  if (p.group <= 1)
+    launch_decode<T, D, 1>(p, S, stream);
+  else if (p.group <= 2)
+    launch_decode<T, D, 2>(p, S, stream);
+  else if (p.group <= 4)
+    launch_decode<T, D, 4>(p, S, stream);
+  else
+    launch_decode<T, D, 8>(p, S, stream);
+}
+
+template <typename T>
+void run_decode_typed(const DecodeParams& p, int D, int S, cudaStream_t stream) {
+  if (D == 64)
+    run_decode_dim<T, 64>(p, S, stream);
+  else
+    run_decode_dim<T, 128>(p, S, stream);
+}
+
+}  // namespace
+
+void run_decode(const DecodeParams& p, DType dtype, int D, int S, cudaStream_t stream) {
+  if (dtype == DType::bf16)
+    run_decode_typed<__nv_bfloat16>(p, D, S, stream);
+  else
+    run_decode_typed<__half>(p, D, S, stream);
 }
 
 }  // namespace pathattn::cuda

@@ -77,4 +77,13 @@ Plan make_plan(const std::vector<Segment>& segs, int H, bool backward) {
   return pl;
 }
 
+int decode_splits(int64_t B, int64_t H, int64_t Tmax, int sms) {
+  // Two resident split blocks per SM (256 threads, 128 registers), four waves' worth of blocks: short splits
+  // even out sequences of different lengths. Each split adds a partial of HQ / H x (D + 2) floats per kv head,
+  // small beside its >= 128 rows x 3 x 4 D bytes of cache traffic.
+  const int64_t want = (4 * 2 * static_cast<int64_t>(std::max(sms, 1)) + B * H - 1) / std::max<int64_t>(B * H, 1);
+  const int64_t useful = std::max<int64_t>(1, Tmax / kDecodeMinRows);
+  return static_cast<int>(std::clamp<int64_t>(std::min(want, useful), 1, kDecodeMaxSplits));
+}
+
 }  // namespace pathattn::cuda

@@ -24,4 +24,10 @@ std::vector<Segment> sequences(const Problem& p, const Inputs& in, void* stream)
 
 Plan make_plan(const std::vector<Segment>& segs, int H, bool backward);
 
+// Decode: blocks per (sequence, kv head) of the split kernel (kernels/decode.cuh), from sizes the host knows (the
+// cache's lengths live on the device and split evenly inside the kernel): enough blocks for a few waves over `sms`
+// multiprocessors, but at least kDecodeMinRows cache rows per split at a full cache (Tmax), at most kDecodeMaxSplits.
+constexpr int kDecodeMinRows = 128, kDecodeMaxSplits = 1024;
+int decode_splits(int64_t B, int64_t H, int64_t Tmax, int sms);
+
 }  // namespace pathattn::cuda

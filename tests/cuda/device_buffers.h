@@ -122,6 +122,8 @@ struct DevTensor {
       if (dt == DType::f32) {
         const float f = static_cast<float>(src[lin]);
         std::memcpy(&host[off * 4], &f, 4);
+      } else if (dt == DType::f64) {
+        std::memcpy(&host[off * 8], &src[lin], 8);
       } else if (dt == DType::i32) {
         const int32_t i = static_cast<int32_t>(src[lin]);
         std::memcpy(&host[off * 4], &i, 4);

@@ -84,12 +84,13 @@ def test_runs_on_the_current_stream():
     assert torch.equal(o, expected)
 
 
-def test_decode_on_cuda_is_a_named_error():
-    """Decoding runs on the CPU for now: CUDA tensors get the core's message, not a dispatcher error."""
+def test_decode_on_cuda_with_a_cpu_cache_is_a_named_error():
+    """The CUDA decode keeps its cache (and lengths) on q's device; DecodeCache is on the CPU: CUDA tensors with it get
+    the core's message naming the cache, not a dispatcher error."""
     x = random_inputs(1, 2, 1, 1, D, D, seed=14)
     xc = cuda_inputs(x)
     xc.pop("cu_seqlens")
-    with pytest.raises(RuntimeError, match="decode runs on CPU float32"):
+    with pytest.raises(RuntimeError, match="cache.k .* must be on the device of q"):
         pathattn.decode(**xc, cache=pathattn.DecodeCache(1, 8, 1, D))
 
 

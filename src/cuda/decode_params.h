@@ -1,0 +1,51 @@
+// The plain struct the CUDA decode kernels see (kernels/decode.cuh): pointers, strides (elements) and sizes.
+// Filled by api.cu's decode() once per call; one launch pair (split kernel, combine kernel) per new token.
+// Kept apart from params.h (the forward's and backward's structs) so that the decode's files build on their own.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/params.h"  // Strides
+
+namespace pathattn::cuda {
+
+struct DecodeParams {
+  // The step's new tokens (device pointers), [B, S, ...] views; the launch for token `step` reads t = step.
+  const void* q;      // [B, S, HQ, D]  bf16 / f16 (the kernel's T)
+  const void* k;      // [B, S, H, D]
+  const void* v;      // [B, S, H, D]   (DV == D)
+  const void* w;      // [B, S, H, D]   f32 or bf16 (w_is_bf16)
+  const float* beta;  // [B, S, H]
+  const float* g;     // [B, S, HQ] or null (no gate)
+  Strides sq, sk, sv, sw, sbeta, sg;
+  bool w_is_bf16;
+  int step;           // which of the S new tokens this launch pair appends (0 .. S-1)
+  int S;
+
+  // The caller's cache, f32, rows [0, lengths[b]) valid; updated in place.
+  float* ck;          // [B, Tmax, H, D]   keys carried to the sequence's last token (docs/math.md Eq. 3)
+  float* cv;          // [B, Tmax, H, D]
+  void* cg;           // [B, Tmax, HQ]     cumulative gates G_j, f32 or f64 (cg_f64); null without gate
+  bool cg_f64;
+  Strides sck, scv, scg;
+  int32_t* lengths;   // [B] on the device: read by the split kernel, advanced by the combine kernel
+  int64_t slen;       // stride of lengths
+  int Tmax;
+
+  // Outputs of the step.
+  void* o;            // [B, S, HQ, D]  T
+  float* lse;         // [B, S, HQ]     natural log
+  Strides so, slse;
+
+  int B, H, HQ, group;
+  int num_splits;     // blocks per (sequence, kv head), each a contiguous share of the cached rows
+  float scale_log2;   // scale * log2(e): logits in base 2
+
+  // Workspace.
+  float* part_o;      // [B, HQ, num_splits, D]  each split's unnormalised sum of p v
+  float* part_ml;     // [B, HQ, num_splits, 2]  its running max (base 2) and sum of p
+  int32_t* len_snap;  // [B]  lengths[b] before the call, as step 0's split kernel read it: later steps and the
+                      //      combine kernel go by it (a call that does not fit changes nothing, at any step)
+};
+
+}  // namespace pathattn::cuda

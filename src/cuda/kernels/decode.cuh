@@ -1,0 +1,270 @@
+// One decoding step on the GPU (docs/spec.md §4, docs/math.md Eq. 3, 4; docs/cuda.md "Decode"): token t of
+// sequence b arrives with q_t, k_t, v_t, w_t, beta_t (and g_t); the f32 cache holds rows j < L0 = lengths[b], every
+// key carried to token t - 1. The step
+//   1. carries every cached key over H_t:  c_j <- c_j - beta_t (w_t . c_j) w_t                       (Eq. 3)
+//   2. attends:  l_tj = scale q_t . c_j + G_t - G_j for j < L0, and l_tt = scale q_t . k_t (the new key is not
+//      carried by its own H_t: the query's H_t is in the product, the key's is not, docs/spec.md §1)   (Eq. 4)
+//   3. appends k_t, v_t, G_t at row L0 and advances lengths[b].
+// This is the CPU decode's order (src/cpu/append.cpp with one row: the query carried to the chunk start, H_t q_t,
+// against the uncarried cache is the same logit as q_t against the carried cache), so it equals forward() over
+// the longer sequence to rounding.
+//
+// decode_split_kernel: one block of 256 threads per (sequence, kv head, split); a split is a contiguous share of
+// the L0 cached rows, L0 read from device memory inside the kernel (no host work depends on data: the launch
+// pair can be captured in a CUDA graph). A team of D / 4 lanes owns one cached row at a time (a float4 per lane):
+// it reads the key once, carries it, writes it back, and in the same pass forms the logits of all HQ / H query
+// heads of the kv head (GQA: the cache is read once per kv head), with an online softmax in base 2 per head. The
+// teams' states merge in shared memory into one partial (max, sum, unnormalised o) per (query head, split).
+// Split 0 also holds the new token itself and appends it (no block reads row L0 during the launch).
+// decode_combine_kernel: one block of D threads per (sequence, query head) merges the splits' partials by their
+// maxima into o and lse, then advances lengths[b] (from the value the split kernel saw: lengths is read by every
+// split block, so it can only change once they have all run).
+//
+// Everything is f32 on CUDA cores (no tensor cores: one query row per kv head is a matrix-vector product, bound
+// by reading and writing the cache, 3 x 4 D bytes per cached row per kv head). A sequence whose length does not
+// fit (lengths[b] < 0 or lengths[b] + S > Tmax) gets NaN o and lse for all S tokens and is left untouched: the host
+// cannot check values it does not read.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/decode_params.h"
+#include "cuda/kernels/common.cuh"
+
+namespace pathattn::cuda {
+
+constexpr int kDecodeThreads = 256;  // threads of a split block: 16 (D = 64) or 8 (D = 128) teams of D / 4 lanes
+
+// Sum over the kTeam lanes of a team (aligned groups of kTeam lanes of a warp); every lane gets the sum. All 32
+// lanes of the warp must call it (the shuffles name the full warp).
+template <int kTeam>
+__device__ __forceinline__ float team_sum(float x) {
+#pragma unroll
+  for (int off = kTeam / 2; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+  return x;
+}
+
+__device__ __forceinline__ float dot4(const float4& a, const float4& b) {
+  return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+}
+__device__ __forceinline__ float4 axpy4(float a, const float4& x, const float4& y) {  // a x + y
+  return make_float4(fmaf(a, x.x, y.x), fmaf(a, x.y, y.y), fmaf(a, x.z, y.z), fmaf(a, x.w, y.w));
+}
+__device__ __forceinline__ float4 scale4(float a, const float4& x) { return make_float4(a * x.x, a * x.y, a * x.z, a * x.w); }
+
+// 4 consecutive elements of a bf16 / f16 row at element offset `off` (even: rows are 4-byte aligned, supports()).
+template <typename T>
+__device__ __forceinline__ float4 load4(const void* base, int64_t off) {
+  const uint32_t* p = reinterpret_cast<const uint32_t*>(static_cast<const T*>(base) + off);
+  const float2 a = TypeTraits<T>::unpack(p[0]), b = TypeTraits<T>::unpack(p[1]);
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
+__device__ __forceinline__ double load_gcum(const DecodeParams& p, int64_t off) {
+  return p.cg_f64 ? static_cast<const double*>(p.cg)[off] : static_cast<double>(static_cast<const float*>(p.cg)[off]);
+}
+__device__ __forceinline__ void store_gcum(const DecodeParams& p, int64_t off, double x) {
+  if (p.cg_f64)
+    static_cast<double*>(p.cg)[off] = x;
+  else
+    static_cast<float*>(p.cg)[off] = static_cast<float>(x);
+}
+
+// kG: query heads per pass (a power of two >= the group, at most 8; larger groups take group / 8 passes, the
+// later ones reading back the rows the first pass carried and wrote: each thread rereads only its own writes).
+template <typename T, int D, int kG>
+__global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const DecodeParams p) {
+  constexpr int kTeam = D / 4;                    // lanes per cached row (one float4 each)
+  constexpr int kTeams = kDecodeThreads / kTeam;  // rows a block reads at once per unrolled slot
+  constexpr int kU = kG >= 8 ? 2 : 4;             // rows per team per iteration: loads in flight vs registers
+  constexpr float kLog2e = 1.4426950408889634f;
+  __shared__ float sm_ml[kTeams][kG][2];          // each team's running max (base 2) and sum, per head
+  __shared__ __align__(16) float sm_o[kTeams][kG][D];  // and its unnormalised o: 4 kG KB
+
+  const int ns = p.num_splits;
+  const int split = static_cast<int>(blockIdx.x % ns);
+  const int bh = static_cast<int>(blockIdx.x / ns);
+  const int h = bh % p.H, b = bh / p.H;
+  const int team = threadIdx.x / kTeam, lane = threadIdx.x % kTeam, d0 = 4 * lane;
+  const int t = p.step;
+
+  // The cached rows: lengths[b] at step 0 (saved for the later steps and the combine kernel, since lengths itself
+  // may only change once every block has read it), the saved value plus the step after.
+  int64_t before;
+  if (t == 0) {
+    before = p.lengths[b * p.slen];
+    if (h == 0 && split == 0 && threadIdx.x == 0) p.len_snap[b] = static_cast<int32_t>(before);
+  } else {
+    before = p.len_snap[b];
+  }
+  if (before < 0 || before + p.S > p.Tmax) return;  // the call does not fit: the combine kernel writes NaN
+  const int L0 = static_cast<int>(before) + t;
+  const int r0 = static_cast<int>(static_cast<int64_t>(L0) * split / ns);
+  const int r1 = static_cast<int>(static_cast<int64_t>(L0) * (split + 1) / ns);
+  const bool first = split == 0;
+  const bool gate = p.g != nullptr;
+
+  // H_t's factors (Eq. 1), this lane's 4 dimensions.
+  const int64_t woff = b * p.sw.b + t * p.sw.t + h * p.sw.h + d0;
+  const float4 w4 = make_float4(load_w(p.w, woff, p.w_is_bf16), load_w(p.w, woff + 1, p.w_is_bf16),
+                                load_w(p.w, woff + 2, p.w_is_bf16), load_w(p.w, woff + 3, p.w_is_bf16));
+  const float beta = p.beta[b * p.sbeta.b + t * p.sbeta.t + h * p.sbeta.h];
+  // The new key and value (split 0 only): appended at row L0, which no block of this launch reads.
+  float4 knew = make_float4(0.f, 0.f, 0.f, 0.f), vnew = knew;
+  if (first) {
+    knew = load4<T>(p.k, b * p.sk.b + t * p.sk.t + h * p.sk.h + d0);
+    vnew = load4<T>(p.v, b * p.sv.b + t * p.sv.t + h * p.sv.h + d0);
+    if (team == 0) {
+      *reinterpret_cast<float4*>(p.ck + b * p.sck.b + L0 * p.sck.t + h * p.sck.h + d0) = knew;
+      *reinterpret_cast<float4*>(p.cv + b * p.scv.b + L0 * p.scv.t + h * p.scv.h + d0) = vnew;
+    }
+  }
+  float* ck = p.ck + b * p.sck.b + h * p.sck.h + d0;  // row j at ck + j * sck.t
+  const float* cv = p.cv + b * p.scv.b + h * p.scv.h + d0;
+
+  for (int hp = 0; hp < p.group; hp += kG) {
+    const bool carry = hp == 0;  // the first pass carries each row over H_t and writes it back
+    float4 q4[kG], acc[kG];
+    float m[kG], l[kG];
+    double gt[kG];  // G_t per head (f64: G_t - G_j keeps its precision at long T, docs/spec.md §6)
+    int64_t goff[kG];
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+      const bool valid = hp + g < p.group;
+      const int hq = h * p.group + (valid ? hp + g : 0);
+      q4[g] = valid ? scale4(p.scale_log2, load4<T>(p.q, b * p.sq.b + t * p.sq.t + hq * p.sq.h + d0))
+                    : make_float4(0.f, 0.f, 0.f, 0.f);
+      goff[g] = b * p.scg.b + hq * p.scg.h;
+      gt[g] = 0.0;
+      if (gate) {
+        // G continues from the last cached token (Eq. 2); the new row's G_t joins the cache.
+        gt[g] = (L0 > 0 ? load_gcum(p, goff[g] + (L0 - 1) * p.scg.t) : 0.0) +
+                static_cast<double>(p.g[b * p.sg.b + t * p.sg.t + hq * p.sg.h]);
+        if (first && valid && threadIdx.x == 0) store_gcum(p, goff[g] + L0 * p.scg.t, gt[g]);
+      }
+      // The new token attends to itself (logit scale q_t . k_t, gate term 0): team 0 of split 0 starts with it.
+      const float self = team_sum<kTeam>(dot4(q4[g], knew));
+      const bool own = first && team == 0;
+      m[g] = own ? self : -INFINITY;
+      l[g] = own ? 1.f : 0.f;
+      acc[g] = own ? vnew : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+
+    // The split's rows, kU per team per iteration; the loop bound is uniform over the block (the shuffles need
+    // every lane), rows past r1 are masked.
+    for (int base = r0; base < r1; base += kU * kTeams) {
+      float4 c[kU], vv[kU];
+      int row[kU];
+      bool ok[kU];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        row[u] = base + u * kTeams + team;
+        ok[u] = row[u] < r1;
+        c[u] = ok[u] ? *reinterpret_cast<const float4*>(ck + row[u] * p.sck.t) : make_float4(0.f, 0.f, 0.f, 0.f);
+        vv[u] = ok[u] ? *reinterpret_cast<const float4*>(cv + row[u] * p.scv.t) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+      if (carry) {
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+          const float a = team_sum<kTeam>(dot4(w4, c[u])) * beta;  // beta_t (w_t . c_j)
+          c[u] = axpy4(-a, w4, c[u]);
+          if (ok[u]) *reinterpret_cast<float4*>(ck + row[u] * p.sck.t) = c[u];
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < kG; ++g) {
+        float s[kU], mt = -INFINITY;
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+          s[u] = team_sum<kTeam>(dot4(q4[g], c[u]));
+          if (gate && ok[u]) s[u] += static_cast<float>(gt[g] - load_gcum(p, goff[g] + row[u] * p.scg.t)) * kLog2e;
+          s[u] = ok[u] ? s[u] : -INFINITY;
+          mt = fmaxf(mt, s[u]);
+        }
+        const float mn = fmaxf(m[g], mt);
+        if (mn != -INFINITY) {  // uniform over the team; no shuffles inside
+          const float corr = exp2f(m[g] - mn);
+          l[g] *= corr;
+          acc[g] = scale4(corr, acc[g]);
+#pragma unroll
+          for (int u = 0; u < kU; ++u) {
+            const float pr = exp2f(s[u] - mn);  // 0 for masked rows
+            l[g] += pr;
+            acc[g] = axpy4(pr, vv[u], acc[g]);
+          }
+          m[g] = mn;
+        }
+      }
+    }
+
+    // Merge the teams: one partial per (query head, split).
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+      if (lane == 0) {
+        sm_ml[team][g][0] = m[g];
+        sm_ml[team][g][1] = l[g];
+      }
+      *reinterpret_cast<float4*>(&sm_o[team][g][d0]) = acc[g];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < kG * D; e += kDecodeThreads) {
+      const int g = e / D, d = e % D;
+      if (hp + g >= p.group) continue;
+      float M = -INFINITY;
+      for (int tm = 0; tm < kTeams; ++tm) M = fmaxf(M, sm_ml[tm][g][0]);
+      float L = 0.f, O = 0.f;
+      for (int tm = 0; tm < kTeams; ++tm) {
+        const float mt = sm_ml[tm][g][0];
+        const float wgt = mt == -INFINITY ? 0.f : exp2f(mt - M);
+        L += wgt * sm_ml[tm][g][1];
+        O += wgt * sm_o[tm][g][d];
+      }
+      const int64_t part = (static_cast<int64_t>(b) * p.HQ + h * p.group + hp + g) * ns + split;
+      p.part_o[part * D + d] = O;
+      if (d == 0) {
+        p.part_ml[part * 2] = M;
+        p.part_ml[part * 2 + 1] = L;
+      }
+    }
+    __syncthreads();  // the next pass reuses the shared arrays
+  }
+}
+
+// One block of D threads per (sequence, query head): o = sum_s 2^(m_s - M) o_s / L, lse = (M + log2 L) ln 2.
+template <typename T, int D>
+__global__ void __launch_bounds__(D) decode_combine_kernel(const DecodeParams p) {
+  const int hq = static_cast<int>(blockIdx.x % p.HQ), b = static_cast<int>(blockIdx.x / p.HQ), d = threadIdx.x;
+  const int t = p.step, ns = p.num_splits;
+  T* o = static_cast<T*>(p.o) + b * p.so.b + t * p.so.t + hq * p.so.h;
+  float* lse = p.lse + b * p.slse.b + t * p.slse.t + hq * p.slse.h;
+  const int64_t before = p.len_snap[b];  // lengths[b] before the call
+  if (before < 0 || before + p.S > p.Tmax) {  // the split kernel left this sequence alone
+    o[d] = TypeTraits<T>::from_float(NAN);
+    if (d == 0) *lse = NAN;
+    return;
+  }
+  const int64_t part = (static_cast<int64_t>(b) * p.HQ + hq) * ns;
+  const float* ml = p.part_ml + part * 2;
+  const float* po = p.part_o + part * D + d;
+  float M = -INFINITY;
+  for (int s = 0; s < ns; ++s) M = fmaxf(M, ml[2 * s]);
+  float L = 0.f, O = 0.f;
+  for (int s = 0; s < ns; ++s) {
+    const float ms = ml[2 * s];
+    if (ms == -INFINITY) continue;  // an empty split (fewer rows than splits)
+    const float wgt = exp2f(ms - M);
+    L += wgt * ml[2 * s + 1];
+    O += wgt * po[static_cast<int64_t>(s) * D];
+  }
+  o[d] = TypeTraits<T>::from_float(O / L);
+  if (d == 0) {
+    *lse = (M + log2f(L)) * 0.6931471805599453f;
+    if (hq == 0) p.lengths[b * p.slen] = static_cast<int32_t>(before + t + 1);
+  }
+}
+
+}  // namespace pathattn::cuda

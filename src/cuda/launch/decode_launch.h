@@ -1,0 +1,17 @@
+// The decode launcher (kernels/decode.cuh), apart from launch.h so that the decode's files build on their own.
+// dispatch.cu picks the instance.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/decode_params.h"
+
+namespace pathattn::cuda {
+
+// S decoding steps, one launch pair (split kernel, combine kernel) per new token, in order on `stream`: token s
+// attends to the cache that token s - 1 left (the S rank-one carries of Eq. 3 instead of the CPU's one UT factor
+// per 64 tokens: equal to rounding). kG: query heads per pass of the split kernel (1, 2, 4 or 8).
+template <typename T, int D, int kG>
+void launch_decode(const DecodeParams& p, int S, cudaStream_t stream);
+
+}  // namespace pathattn::cuda
