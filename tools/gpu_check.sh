@@ -12,7 +12,9 @@
 #          one backward's bwd_main and bwd_local (NCU_SHAPE, default 32,4096,32,64); no sanitizer, no baselines
 #   torch: the torch extension and the model built against the machine's torch (CUDA on), pytest tests/python on
 #          it, bench/cuda/bench_train.py (forward+backward, peak memory, beside SDPA and fla) and bench_step
-#          (a ~100M-parameter PaTH vs RoPE training step); SKIP_TRAIN_BENCH=1 stops after pytest
+#          (a ~100M-parameter PaTH vs RoPE training step); SKIP_TRAIN_BENCH=1 stops after pytest; PYTEST_ARGS
+#          picks the tests (default tests/python); DECODE_BENCH=1 also runs bench/cuda/bench_decode.py (ours, fla,
+#          SDPA decode steps)
 #   model: only the model's bench_step
 #   model: the C++ model's training-step benchmark (bench_step: PaTH on our CUDA op vs RoPE on SDPA, bf16,
 #          98M parameters, T 4096, batch 8), built against the machine's torch in build-gpu-torch
@@ -182,8 +184,16 @@ if [ "$MODE" = torch ]; then
     note "torch extension + model build: ok ($(( $(date +%s) - t0 )) s)"
     LIB=$(find build-gpu-torch -name 'libpathattn_torch.so' | head -1)
     t0=$(date +%s)
-    PATHATTN_LIBRARY=$LIB PYTHONPATH=$ROOT/python:$ROOT/third_party_fetched/fla timeout 200 python3 -m pytest -q tests/python > "$OUT/pytest.log" 2>&1
+    PATHATTN_LIBRARY=$LIB PYTHONPATH=$ROOT/python:$ROOT/third_party_fetched/fla timeout 300 python3 -m pytest -q ${PYTEST_ARGS:-tests/python} > "$OUT/pytest.log" 2>&1
     note "pytest (torch $(python3 -c 'import torch;print(torch.__version__)')): $(tail -1 "$OUT/pytest.log") ($(( $(date +%s) - t0 )) s)"
+    if [ "${DECODE_BENCH:-0}" = 1 ]; then
+      t0=$(date +%s)
+      PYTHONUNBUFFERED=1 PATHATTN_LIBRARY=$LIB PYTHONPATH=$ROOT/python:$ROOT/third_party_fetched/fla \
+        timeout ${DECODE_BENCH_TIMEOUT:-200} python3 bench/cuda/bench_decode.py --md "$OUT/decode.md" ${DECODE_BENCH_ARGS:-} \
+        > "$OUT/decode_bench.log" 2>&1
+      note "bench_decode.py: rc=$? ($(( $(date +%s) - t0 )) s)"
+      grep -vE "^\s*$" "$OUT/decode_bench.log" | tail -40 | tee -a "$SUMMARY"
+    fi
     if [ "${SKIP_TRAIN_BENCH:-0}" != 1 ]; then
       t0=$(date +%s)
       PYTHONUNBUFFERED=1 PATHATTN_LIBRARY=$LIB PYTHONPATH=$ROOT/python:$ROOT/third_party_fetched/fla \

@@ -90,6 +90,12 @@ struct Inputs {
   // inputs give the same bits (the default). false lets the blocks add in whatever order they finish (f32
   // atomics): faster where the ordering waits, and different in the last bits from run to run.
   bool deterministic = true;
+  // CUDA backend: also check the values of beta (in [0, 2]) and g (finite, <= 0), none NaN, before the kernels run,
+  // throwing Error naming the first bad element as the CPU path does. Off by default: the check reads a flag back
+  // to the host, which synchronises cuda_stream (~20 us, and not capturable in a CUDA graph); out-of-range values
+  // otherwise give silent garbage. PATHATTN_CHECK_VALUES=1 in the environment turns it on for every call (e.g.
+  // from Python). CPU tensors are always checked.
+  bool check_values = false;
   // CUDA backend: where a call's scratch memory comes from. Given, it is called once per call with the bytes
   // needed and returns device memory (256-byte aligned, on q's device) that stays valid until the work queued on
   // cuda_stream has finished; torch's caching allocator on that stream gives exactly this. Absent, the library
@@ -120,7 +126,8 @@ struct Support {
 };
 
 // Checks shapes, dtypes, devices and ranges (see docs/api.md); throws Error naming the argument.
-// Value checks (NaN or out-of-range beta, cu_seqlens order) read memory and run for CPU tensors only.
+// Value checks (NaN or out-of-range beta and g, cu_seqlens order) read memory and run here for CPU tensors only;
+// on CUDA, forward / backward / decode check beta and g when Inputs::check_values (or PATHATTN_CHECK_VALUES=1) asks.
 void check_inputs(const Inputs& in);
 
 // The operations a backend may implement (one row of tests/test_backend_ops.cpp each).

@@ -13,6 +13,7 @@
 #include "cuda/dispatch.h"
 #include "cuda/params.h"
 #include "cuda/plan.h"
+#include "cuda/value_check.h"
 #include "cuda/workspace.h"
 
 namespace pathattn::cuda {
@@ -81,12 +82,9 @@ SharedBuffers declare_shared(Workspace& ws, const Problem& p, const Plan& plan, 
   return b;
 }
 
-// Uploads the tables and fills the FwdParams common to forward and backward.
-void fill_shared(FwdParams& prm, const Workspace& ws, const SharedBuffers& b, const Problem& p, const Inputs& in,
-                 const Plan& plan, const TensorView& o, const TensorView& lse, cudaStream_t stream) {
-  ws.upload(b.chunks, plan.chunks.data(), plan.chunks.size() * sizeof(ChunkInfo), stream);
-  ws.upload(b.seqs, plan.seqs.data(), plan.seqs.size() * sizeof(SeqInfo), stream);
-  ws.upload(b.order, plan.fwd_order.data(), plan.fwd_order.size() * sizeof(int), stream);
+// The op's input pointers and strides, in FwdParams (forward, backward) and DecodeParams alike.
+template <typename Params>
+void fill_inputs(Params& prm, const Problem& p, const Inputs& in) {
   prm.q = in.q.data;
   prm.k = in.k.data;
   prm.v = in.v.data;
@@ -100,6 +98,15 @@ void fill_shared(FwdParams& prm, const Workspace& ws, const SharedBuffers& b, co
   prm.sw = strides_of(in.w);
   prm.sbeta = strides_of(in.beta);
   if (p.has_gate) prm.sg = strides_of(in.g);
+}
+
+// Uploads the tables and fills the FwdParams common to forward and backward.
+void fill_shared(FwdParams& prm, const Workspace& ws, const SharedBuffers& b, const Problem& p, const Inputs& in,
+                 const Plan& plan, const TensorView& o, const TensorView& lse, cudaStream_t stream) {
+  ws.upload(b.chunks, plan.chunks.data(), plan.chunks.size() * sizeof(ChunkInfo), stream);
+  ws.upload(b.seqs, plan.seqs.data(), plan.seqs.size() * sizeof(SeqInfo), stream);
+  ws.upload(b.order, plan.fwd_order.data(), plan.fwd_order.size() * sizeof(int), stream);
+  fill_inputs(prm, p, in);
   prm.o = o.data;
   prm.so = strides_of(o);
   prm.lse = static_cast<float*>(lse.data);
@@ -158,6 +165,7 @@ void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out) {
   if (p.B == 0 || p.T == 0) return;
   DeviceGuard guard(in.q.device_index);
   const cudaStream_t stream = static_cast<cudaStream_t>(in.cuda_stream);
+  if (checks_values(in)) check_values(in, p, stream);
   const Plan plan = make_plan(sequences(p, in, stream), static_cast<int>(p.H), false);
   const int NC = static_cast<int>(plan.chunks.size());
   if (NC == 0) return;
@@ -181,6 +189,7 @@ void backward(const Problem& p, const Inputs& in, const TensorView& o, const Ten
   if (p.B == 0 || p.T == 0) return;
   DeviceGuard guard(in.q.device_index);
   const cudaStream_t stream = static_cast<cudaStream_t>(in.cuda_stream);
+  if (checks_values(in)) check_values(in, p, stream);
   const Plan plan = make_plan(sequences(p, in, stream), static_cast<int>(p.H), true);
   const int NC = static_cast<int>(plan.chunks.size());
   if (NC == 0) return;
@@ -276,6 +285,7 @@ void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const 
                 std::to_string(Tmax));
   DeviceGuard guard(in.q.device_index);
   const cudaStream_t stream = static_cast<cudaStream_t>(in.cuda_stream);
+  if (checks_values(in)) check_values(in, p, stream);
   int sms = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, in.q.device_index));
   const int ns = decode_splits(p.B, p.H, Tmax, sms);
@@ -290,19 +300,7 @@ void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const 
   ws.acquire(in, in.q.device_index, stream);
 
   DecodeParams prm{};
-  prm.q = in.q.data;
-  prm.k = in.k.data;
-  prm.v = in.v.data;
-  prm.w = in.w.data;
-  prm.beta = static_cast<const float*>(in.beta.data);
-  prm.g = p.has_gate ? static_cast<const float*>(in.g.data) : nullptr;
-  prm.sq = strides_of(in.q);
-  prm.sk = strides_of(in.k);
-  prm.sv = strides_of(in.v);
-  prm.sw = strides_of(in.w);
-  prm.sbeta = strides_of(in.beta);
-  if (p.has_gate) prm.sg = strides_of(in.g);
-  prm.w_is_bf16 = in.w.dtype == DType::bf16;
+  fill_inputs(prm, p, in);
   prm.ck = static_cast<float*>(cache.k.data);
   prm.cv = static_cast<float*>(cache.v.data);
   prm.sck = strides_of(cache.k);

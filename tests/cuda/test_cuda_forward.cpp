@@ -3,6 +3,7 @@
 // so an element left unwritten or a stray write fails the test. Label gpu: run by tools/gpu_check.sh.
 #include <cuda_runtime.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,50 @@ TEST(CudaSupport, ClearReasons) {
   Inputs in{q.view, k.view, v.view, w.view, beta.view, {}, {}, {}};
   const Support sup = pathattn::supports(in, Backend::cuda, /*backward=*/true);
   EXPECT_TRUE(sup.ok) << sup.reason;
+}
+
+// Inputs::check_values: beta out of [0, 2] or NaN, and g > 0, are named with their index as on the CPU (docs/api.md);
+// without the option the call runs (the check is off by default on CUDA). Permuted views: the check follows strides.
+TEST(CudaValueCheck, NamesTheFirstBadElement) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  const int64_t B = 2, T = 70, H = 2, HQ = 4, D = 64;
+  Spec s{.B = B, .T = T, .H = H, .HQ = HQ, .D = D, .DV = D, .gate = true, .seed = 21};
+  struct Bad {
+    bool in_beta;
+    int64_t b, t, h;
+    double value;
+    const char* expect;
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (const Bad& bad : {Bad{true, 1, 65, 1, 2.5, "beta must be in [0, 2] (not NaN), got 2.5 at [1, 65, 1]"},
+                         Bad{true, 0, 3, 0, -0.25, "beta must be in [0, 2] (not NaN), got -0.25 at [0, 3, 0]"},
+                         Bad{true, 1, 0, 1, nan, "beta must be in [0, 2] (not NaN), got nan at [1, 0, 1]"},
+                         Bad{false, 1, 69, 3, 0.5, "g must be a finite log forget gate <= 0"}}) {
+    Problem64 P(s);
+    if (bad.in_beta) {
+      P.beta[(bad.b * T + bad.t) * H + bad.h] = bad.value;
+      P.beta.back() = 3.0;  // a later bad element: the first one is named
+    } else {
+      P.g[(bad.b * T + bad.t) * HQ + bad.h] = bad.value;
+    }
+    for (bool permuted : {false, true}) {
+      DevTensor q(P.q, {B, T, HQ, D}, DType::bf16, permuted), k(P.k, {B, T, H, D}, DType::bf16, permuted),
+          v(P.v, {B, T, H, D}, DType::bf16, permuted), w(P.w, {B, T, H, D}, DType::f32, permuted),
+          beta(P.beta, {B, T, H}, DType::f32, permuted), g(P.g, {B, T, HQ}, DType::f32, permuted);
+      Inputs in{q.view, k.view, v.view, w.view, beta.view, g.view, {}, {}};
+      DevOut o({B, T, HQ, D}, DType::bf16), lse({B, T, HQ}, DType::f32);
+      const ForwardOutputs out{o.view, lse.view, {}};
+      EXPECT_NO_THROW(pathattn::forward(in, out, Backend::cuda)) << "the check must be off by default";
+      TEST_CUDA(cudaDeviceSynchronize());
+      in.check_values = true;
+      try {
+        pathattn::forward(in, out, Backend::cuda);
+        ADD_FAILURE() << "forward accepted " << bad.expect;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(bad.expect), std::string::npos) << e.what();
+      }
+    }
+  }
 }
 
 }  // namespace
