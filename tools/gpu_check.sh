@@ -9,7 +9,9 @@
 #   decode: the CUDA decode alone: its gpu tests, memcheck + racecheck on small cases, bench_decode_cuda
 #   ncu:   the gpu tests, then Nsight Compute on one 32 x 4096 (H 32, D 64) forward: each kernel once
 #   bwd:   the gpu tests, bench_fwd --bwd with per-stage times (PATHATTN_CUDA_PROFILE=1), then Nsight Compute on
-#          one backward's bwd_main and bwd_local (NCU_SHAPE, default 32,4096,32,64); no sanitizer, no baselines
+#          one backward's bwd_main and bwd_local (NCU_SHAPE, default 32,4096,32,64); no baselines; SANITIZE=1 adds the
+#          sanitizers, BWD_AB=1 the same bench with the mma.sync main kernel (PATHATTN_BWD_MAIN=mma), NO_NCU=1 skips ncu,
+#          SKIP_TESTS=1 / SKIP_BENCH=1 the tests / the bench (a second call on a warm machine)
 #   torch: the torch extension and the model built against the machine's torch (CUDA on), pytest tests/python on
 #          it, bench/cuda/bench_train.py (forward+backward, peak memory, beside SDPA and fla) and bench_step
 #          (a ~100M-parameter PaTH vs RoPE training step); SKIP_TRAIN_BENCH=1 stops after pytest; PYTEST_ARGS
@@ -47,6 +49,24 @@ run_bench_step() {
   timeout 180 build-gpu-torch/model/bench_step --device cuda --csv "$OUT/bench_step.csv" > "$OUT/bench_step.log" 2>&1
   note "bench_step: rc=$? ($(( $(date +%s) - t0 )) s)"
   grep -E '^(# |mechanism |[a-z-]+ +[0-9.]+ )' "$OUT/bench_step.log" | tee -a "$SUMMARY"
+}
+
+# compute-sanitizer memcheck + racecheck on small forward and backward cases (a few minutes).
+run_sanitizers() {
+  local SMALL='*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16:CudaSupport.*'
+  local SMALL_BWD='*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16'
+  local tool t0 rc
+  for tool in memcheck racecheck; do
+    t0=$(date +%s)
+    compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/cuda/test_cuda_forward --gtest_filter="$SMALL" \
+      > "$OUT/sanitizer_one.log" 2>&1
+    rc=$?
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/cuda/test_cuda_backward --gtest_filter="$SMALL_BWD" \
+      >> "$OUT/sanitizer_one.log" 2>&1
+    rc=$((rc + $?))
+    note "compute-sanitizer $tool: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_one.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+    { echo "==== $tool"; cat "$OUT/sanitizer_one.log"; } >> "$OUT/sanitizer.log"; rm -f "$OUT/sanitizer_one.log"
+  done
 }
 
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv; nvcc --version | tail -2;
@@ -90,29 +110,21 @@ grep -A2 "Compiling entry function.*\(fwd_kernel\|bwd_main\|bwd_local\)" "$OUT/b
 
 if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ] || [ "$MODE" = ncu ] || [ "$MODE" = bwd ]; then
   t0=$(date +%s)
+  if [ "${SKIP_TESTS:-0}" != 1 ]; then
   EXCL=(); [ "${GPU_SKIP_LONG:-0}" = 1 ] && EXCL=(-E 'Long/')
   (cd build-gpu && ctest -L gpu -j 16 --output-on-failure --timeout 400 "${EXCL[@]}") > "$OUT/tests.log" 2>&1
   note "gpu tests: $(grep -E 'tests passed|tests failed' "$OUT/tests.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
   grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess)" "$OUT/tests.log" | head -20 | tee -a "$SUMMARY"
   # Per-case errors (o / lse / kcache against the f64 reference and the low-precision baseline), one run.
-  build-gpu/tests/cuda/test_cuda_forward > "$OUT/errors.log" 2>&1 || true
-  build-gpu/tests/cuda/test_cuda_backward --gtest_filter=-Long/* > "$OUT/errors_bwd.log" 2>&1 || true
-  grep -E "^\[  FAILED|^\[  PASSED" "$OUT/errors_bwd.log" | tail -20 | tee -a "$SUMMARY"
+  if [ "${SKIP_ERRLOG:-0}" != 1 ]; then
+    build-gpu/tests/cuda/test_cuda_forward > "$OUT/errors.log" 2>&1 || true
+    build-gpu/tests/cuda/test_cuda_backward --gtest_filter=-Long/* > "$OUT/errors_bwd.log" 2>&1 || true
+    grep -E "^\[  FAILED|^\[  PASSED" "$OUT/errors_bwd.log" | tail -20 | tee -a "$SUMMARY"
+  fi
+  fi
 
-  if [ "$MODE" != quick ] && [ "$MODE" != ncu ] && [ "$MODE" != bwd ]; then
-  SMALL='*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16:CudaSupport.*'
-  SMALL_BWD='*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16'
-  for tool in memcheck racecheck; do
-    t0=$(date +%s)
-    compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/cuda/test_cuda_forward --gtest_filter="$SMALL" \
-      > "$OUT/sanitizer_one.log" 2>&1
-    rc=$?
-    timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/cuda/test_cuda_backward --gtest_filter="$SMALL_BWD" \
-      >> "$OUT/sanitizer_one.log" 2>&1
-    rc=$((rc + $?))
-    note "compute-sanitizer $tool: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_one.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
-    { echo "==== $tool"; cat "$OUT/sanitizer_one.log"; } >> "$OUT/sanitizer.log"; rm -f "$OUT/sanitizer_one.log"
-  done
+  if [ "$MODE" != quick ] && [ "$MODE" != ncu ] && { [ "$MODE" != bwd ] || [ "${SANITIZE:-0}" = 1 ]; }; then
+    run_sanitizers
   fi
 fi
 if [ "$MODE" = decode ]; then
@@ -150,19 +162,26 @@ if [ "$MODE" = ncu ]; then
   grep -E "^  [a-z_]+.*\(|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Warp Cycles Per Issued|Issued Ipc|No Eligible|Stall|Shared Memory Configuration|Dynamic Shared" "$OUT/ncu.txt" | head -120 | tee -a "$SUMMARY"
 fi
 
-if [ "$MODE" = bwd ]; then
+if [ "$MODE" = bwd ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
   t0=$(date +%s)
   PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --iters 5 --csv "$OUT/ours.csv" > "$OUT/bench.log" 2>&1
   note "bench_fwd --bwd (profiled): rc=$? ($(( $(date +%s) - t0 )) s)"
   # The stage lines of the last profiled call before each table row, then the row.
   awk '/profile\]/{line=line" "$3"="$4} /^ +[0-9]/{print $0; print "   stages:" line; line=""; next} /^#|^ +B/' "$OUT/bench.log" | tee -a "$SUMMARY"
-  t0=$(date +%s)
+  if [ "${BWD_AB:-0}" = 1 ]; then  # the same with the mma.sync main kernel (bwd_main.cuh) at D = 64
+    PATHATTN_BWD_MAIN=mma PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --only 64 --iters 5 > "$OUT/bench_mma.log" 2>&1
+    note "bench_fwd --bwd, PATHATTN_BWD_MAIN=mma: rc=$?"
+    awk '/profile\]/{line=line" "$3"="$4} /^ +[0-9]/{print $0; print "   stages:" line; line=""; next} /^#|^ +B/' "$OUT/bench_mma.log" | tee -a "$SUMMARY"
+  fi
+fi
+if [ "$MODE" = bwd ]; then
+  [ "${NO_NCU:-0}" = 1 ] || { t0=$(date +%s)
   ncu --clock-control none -k "regex:bwd_main|bwd_local" --launch-skip 2 --launch-count 2 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
     --section LaunchStats --section ComputeWorkloadAnalysis --section SchedulerStats --section SourceCounters \
     build-gpu/bench/cuda/bench_fwd --bwd --iters 1 --shape ${NCU_SHAPE:-32,4096,32,64} > "$OUT/ncu.txt" 2>&1
   note "ncu (backward): rc=$? ($(( $(date +%s) - t0 )) s)"
-  grep -E "^  [a-z_]+.*\(|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Warp Cycles Per Issued|Issued Ipc|No Eligible|Stall|Dynamic Shared" "$OUT/ncu.txt" | head -80 | tee -a "$SUMMARY"
+  grep -E "^  [a-z_]+.*\(|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Warp Cycles Per Issued|Issued Ipc|No Eligible|Stall|Dynamic Shared" "$OUT/ncu.txt" | head -80 | tee -a "$SUMMARY"; }
 fi
 
 if [ "$MODE" = all ] || [ "$MODE" = bench ]; then

@@ -216,7 +216,11 @@ void backward(const Problem& p, const Inputs& in, const TensorView& o, const Ten
   const int count_q = ws.add("count_q", static_cast<std::size_t>(NC) * p.HQ * 4);
   const int count_p = ws.add("count_p", static_cast<std::size_t>(NC) * p.H * 4);
   const int next_task = ws.add("next_task", 4);
+  const int dohat = grid.wgmma_main ? ws.add("dohat", q_rows * D * 2) : -1;
   const int slots = ws.add("slots", static_cast<std::size_t>(grid.main_ctas) * plan.max_chunks * kChunk * D * 2);
+  if (static_cast<int64_t>(grid.main_ctas) * plan.max_chunks * kChunk > INT32_MAX)
+    throw Error("pathattn: cuda backward: " + std::to_string(grid.main_ctas) + " slots x " +
+                std::to_string(plan.max_chunks * kChunk) + " rows exceed the kernels' 32-bit coordinates (2^31 - 1)");
   const int local = ws.add("local scratch", static_cast<std::size_t>(grid.local_ctas) * kLocalTiles * kChunk * D * 4);
   ws.acquire(in, in.q.device_index, stream);
 
@@ -245,6 +249,7 @@ void backward(const Problem& p, const Inputs& in, const TensorView& o, const Ten
   prm.qhat = ws.ptr<void>(qhat);
   prm.lse2 = ws.ptr<float>(lse2);
   prm.delta = ws.ptr<float>(delta);
+  prm.dohat = dohat >= 0 ? ws.ptr<void>(dohat) : nullptr;
   prm.dqacc = ws.ptr<float>(dqacc);
   prm.dkacc = ws.ptr<float>(dkacc);
   prm.dvacc = ws.ptr<float>(dvacc);

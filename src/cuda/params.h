@@ -96,6 +96,8 @@ struct BwdParams : FwdParams {
   void* qhat;           // [NC, HQ, C, D]  Q^ (Eq. 13), tensor-core dtype
   float* lse2;          // [NC, HQ, C]     lse * log2(e)
   float* delta;         // [NC, HQ, C]     dO . o - dlse (Eq. 6)
+  void* dohat;          // [NC, HQ, C, D]  dO in chunk tiles, zero past a chunk's end (the wgmma main kernel's TMA
+                        //                 source; null when the mma.sync main kernel runs)
   // Accumulators, f32, written by the main kernel and finished by the chunk-local kernel.
   float* dqacc;         // [NC, HQ, C, D]  dQ^ from every earlier key chunk (Eq. 21), then dq in place
   float* dkacc;         // [NC, H, C, D]   dK^ (Eq. 23), then dk in place

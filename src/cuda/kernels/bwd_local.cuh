@@ -23,7 +23,9 @@ namespace pathattn::cuda {
 
 namespace local_detail {
 constexpr int C = kChunk;
-constexpr int LC = C + 1;  // C x C f32 tiles in shared memory: odd row length, conflict-free column walks
+// C x C f32 tiles in shared memory, rows of 72 floats: 8-byte aligned rows for float2 fragment loads along k (a
+// half-warp's 4 rows x 32 bytes land on 32 distinct banks), and column walks of 8 rows x 4 k's conflict-free too.
+constexpr int LC = C + 8;
 constexpr int kThreads = 256;
 // f32 scratch tiles [C][D] per CTA: staged inputs and chunk-local intermediates; kDKc holds a C x C tile (row
 // stride C; D >= C) kept out of shared memory so that two CTAs fit on an SM (docs/perf/notes.md, v3).
@@ -37,40 +39,60 @@ __device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
 // Which operands of a product hold values exact in TF32 (staged from bf16 / f16 inputs: q, k, v, do), so that
 // 3xTF32 needs no low part for them (tf32.cuh, mma_split_a).
 enum Exact { kNone = 0, kA = 1, kB = 2, kAB = 3 };
+// How each operand is stored: kAK, A(i, k) = A[i lda + k] (else A[k lda + i]); kBK, B(k, j) = B[j ldb + k] (else
+// B[k ldb + j]). A product reads an operand whose k is contiguous with float2 loads along k.
+enum Layout { kAKBK = 3, kAK = 1, kBK = 2, kANBN = 0 };
 
-// Cm[64 x N] (+)= alpha * A B with A(i, k) = A[i * ai + k * ak] and B(k, j) = B[k * bk + j * bj], k < K. Generic
-// pointers (shared or global). On the tensor cores in 3xTF32 (~f32 accuracy, docs/spec.md §6): warp w owns rows
-// 16 (w % 4).. and the column half w / 4. The operands of KB k-steps are loaded before any of their products, so a
-// product waits for one memory latency per KB steps, not one per step (v3: the loop used to interleave them and
-// the kernel was latency-bound; docs/perf/notes.md). Ends with a barrier: the next product may read Cm.
-template <int N, int K, int kExact = kNone>
-__device__ __forceinline__ void mm(float* Cm, int ldc, const float* A, int ai, int ak, const float* Bm, int bk, int bj,
-                                   float alpha, bool accumulate) {
+// Cm[64 x N] (+)= alpha * A B, k < K, A and B as Layout says (generic pointers: shared or global). On the tensor
+// cores in 3xTF32 (~f32 accuracy, docs/spec.md §6): warp w owns rows 16 (w % 4).. and the column half w / 4.
+// The sum over k is order-free, so inside each 8-wide k-step the fragment slots t and t + 4 take k = 2t and 2t + 1
+// whenever an operand has k contiguous: one float2 load fills both (full 32-byte sectors from global memory; v3
+// read 16 bytes per row and sector). The operands of KB k-steps are loaded before any of their products, so a
+// product waits for one memory latency per KB steps, not one per step (v3). Ends with a barrier: the next product
+// may read Cm.
+template <int N, int K, int kExact, int kLayout>
+__device__ __forceinline__ void mm(float* Cm, int ldc, const float* A, int lda, const float* Bm, int ldb, float alpha,
+                                   bool accumulate) {
   constexpr int NT = N / 16;               // n tiles of 8 per warp
-  constexpr int KB = N >= 128 ? 2 : 4;     // k-steps per load batch (registers: KB (4 + 2 NT) floats)
+  constexpr int KB = N >= 128 ? 2 : 4;         // k-steps per load batch (registers: KB (4 + 2 NT) floats)
   static_assert(K % (8 * KB) == 0, "K must be a multiple of the load batch");
   constexpr bool kAx = (kExact & kA) != 0, kBx = (kExact & kB) != 0;
+  constexpr bool kAk = (kLayout & kAK) != 0, kBk = (kLayout & kBK) != 0;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int r0 = 16 * (warp % 4), c0 = (warp / 4) * (N / 2);
+  const int klo = (kAk || kBk) ? 2 * t : t, khi = (kAk || kBk) ? 2 * t + 1 : t + 4;  // k of slots t, t + 4
   float acc[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
-  const float* Ar = A + (r0 + g) * ai + t * ak;
-  const float* Bc = Bm + t * bk + (c0 + g) * bj;
 #pragma unroll 1
   for (int k0 = 0; k0 < K; k0 += 8 * KB) {
     float a[KB][4], b[KB][NT][2];
 #pragma unroll
     for (int kb = 0; kb < KB; ++kb) {
       const int k = k0 + 8 * kb;
-      a[kb][0] = Ar[k * ak];
-      a[kb][1] = Ar[8 * ai + k * ak];
-      a[kb][2] = Ar[(k + 4) * ak];
-      a[kb][3] = Ar[8 * ai + (k + 4) * ak];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {  // rows g (a0, a2) and g + 8 (a1, a3)
+        const int row = r0 + g + 8 * half;
+        if constexpr (kAk) {
+          const float2 x = *reinterpret_cast<const float2*>(A + row * lda + k + klo);
+          a[kb][half] = x.x;
+          a[kb][2 + half] = x.y;
+        } else {
+          a[kb][half] = A[(k + klo) * lda + row];
+          a[kb][2 + half] = A[(k + khi) * lda + row];
+        }
+      }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        b[kb][nt][0] = Bc[k * bk + nt * 8 * bj];
-        b[kb][nt][1] = Bc[(k + 4) * bk + nt * 8 * bj];
+        const int n = c0 + nt * 8 + g;
+        if constexpr (kBk) {
+          const float2 y = *reinterpret_cast<const float2*>(Bm + n * ldb + k + klo);
+          b[kb][nt][0] = y.x;
+          b[kb][nt][1] = y.y;
+        } else {
+          b[kb][nt][0] = Bm[(k + klo) * ldb + n];
+          b[kb][nt][1] = Bm[(k + khi) * ldb + n];
+        }
       }
     }
 #pragma unroll
@@ -85,22 +107,19 @@ __device__ __forceinline__ void mm(float* Cm, int ldc, const float* A, int ai, i
       for (int nt = 0; nt < NT; ++nt) mma_split_a<kAx, kBx>(acc[nt], ah, al, b[kb][nt][0], b[kb][nt][1]);
     }
   }
-  float* Cr = Cm + (r0 + g) * ldc + c0 + 2 * t;
-  if (accumulate) {
-    float c[NT][4];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+  for (int half = 0; half < 2; ++half) {
+    float* Cr = Cm + (r0 + g + 8 * half) * ldc + c0 + 2 * t;
+    float2 c[NT];
+    if (accumulate) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) c[nt][e] = Cr[8 * (e / 2) * ldc + nt * 8 + e % 2];
+      for (int nt = 0; nt < NT; ++nt) c[nt] = *reinterpret_cast<const float2*>(Cr + nt * 8);
+    }
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) Cr[8 * (e / 2) * ldc + nt * 8 + e % 2] = c[nt][e] + alpha * acc[nt][e];
-  } else {
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) Cr[8 * (e / 2) * ldc + nt * 8 + e % 2] = alpha * acc[nt][e];
+    for (int nt = 0; nt < NT; ++nt) {
+      const float2 v = make_float2(alpha * acc[nt][2 * half], alpha * acc[nt][2 * half + 1]);
+      *reinterpret_cast<float2*>(Cr + nt * 8) = accumulate ? make_float2(c[nt].x + v.x, c[nt].y + v.y) : v;
+    }
   }
   __syncthreads();
 }
@@ -177,18 +196,32 @@ __device__ __forceinline__ void add_row_dots(float* dbeta, const float* X, const
 }
 
 // Backward of X = b strict_lower(M) (Y and A of Eq. 12, 10) given dX in dX (C x C): dbeta_i += sum_{j<i} dX_ij M_ij,
-// then dX becomes d loss / d M = b_i dX_ij on the strict lower part, 0 elsewhere. One thread per row.
+// then dX becomes d loss / d M = b_i dX_ij on the strict lower part, 0 elsewhere. Four threads per row (a thread
+// per row walked rows 72 floats apart: 8-way bank conflicts), summed by shuffles in a fixed order.
 __device__ __forceinline__ void strict_lower_beta_backward(float* dX, const float* M, const float* beta, float* dbeta) {
-  if (threadIdx.x < C) {
-    const int i = threadIdx.x;
-    float acc = 0.f;
-    for (int j = 0; j < C; ++j) {
-      const float x = j < i ? dX[i * LC + j] : 0.f;
-      acc = fmaf(x, M[i * LC + j], acc);
-      dX[i * LC + j] = beta[i] * x;
-    }
-    dbeta[i] += acc;
+  const int i = threadIdx.x / 4, q = threadIdx.x % 4;
+  float acc = 0.f;
+#pragma unroll 4
+  for (int j = q; j < C; j += 4) {
+    const float x = j < i ? dX[i * LC + j] : 0.f;
+    acc = fmaf(x, M[i * LC + j], acc);
+    dX[i * LC + j] = beta[i] * x;
   }
+  acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+  acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+  if (q == 0) dbeta[i] += acc;
+  __syncthreads();
+}
+
+// Row sums of a C x C tile into rows[C] (four threads per row, as above). Ends with a barrier.
+__device__ __forceinline__ void row_sums(const float* X, float* rows) {
+  const int i = threadIdx.x / 4, q = threadIdx.x % 4;
+  float acc = 0.f;
+#pragma unroll 4
+  for (int j = q; j < C; j += 4) acc += X[i * LC + j];
+  acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+  acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+  if (q == 0) rows[i] = acc;
   __syncthreads();
 }
 
@@ -196,10 +229,10 @@ __device__ __forceinline__ void strict_lower_beta_backward(float* dX, const floa
 
 template <int D>
 constexpr int bwd_local_smem_bytes() {
-  return (6 * local_detail::C * local_detail::LC + 5 * local_detail::C) * 4;
+  return (6 * local_detail::C * local_detail::LC + 6 * local_detail::C) * 4;
 }
 
-// Two CTAs per SM (101 KB of shared memory each, at most 128 registers per thread): the kernel is a chain of ~40
+// Two CTAs per SM (112 KB of shared memory each, at most 128 registers per thread): the kernel is a chain of ~40
 // small dependent products with a barrier after each, so the other CTA's products fill the waits.
 template <typename T, int D, bool kGate>
 __global__ void __launch_bounds__(256, 2) bwd_local_kernel(const BwdParams p) {
@@ -218,6 +251,7 @@ __global__ void __launch_bounds__(256, 2) bwd_local_kernel(const BwdParams p) {
   float* sLse2 = sDbeta + C;     // [C]
   float* sDelta = sLse2 + C;     // [C]
   float* sG = sDelta + C;        // [C]  gate cumulated inside the chunk
+  float* sRows = sG + C;         // [C]  row sums of dl (gate)
 
   float* scratch = p.local_scratch + (int64_t)blockIdx.x * kLocalTiles * C * D;
   auto tile = [&](int t) { return scratch + t * C * D; };
@@ -247,24 +281,24 @@ __global__ void __launch_bounds__(256, 2) bwd_local_kernel(const BwdParams p) {
     stage<D>(V, static_cast<const T*>(p.v) + ci.b * p.sv.b + (int64_t)ci.t0 * p.sv.t + h * p.sv.h, p.sv.t, n);
     __syncthreads();
     for (int e = tid; e < C * D; e += kThreads) bW[e] = sBeta[e / D] * W[e];
-    mm<C, D>(s0, LC, W, D, 1, W, 1, D, 1.f, false);  // W W^T
+    mm<C, D, kNone, kAKBK>(s0, LC, W, D, W, D, 1.f, false);  // W W^T
     beta_strict_lower(s0, sBeta);                    // A = b strict_lower(W W^T)
-    mm<C, D, kB>(s1, LC, W, D, 1, K, 1, D, 1.f, false);  // W K^T
+    mm<C, D, kB, kAKBK>(s1, LC, W, D, K, D, 1.f, false);  // W K^T
     beta_strict_lower(s1, sBeta);                        // Y = b strict_lower(W K^T)
     ut_solve_f32<C>(s0, LC, sT, LC);  // T = (I + A)^{-1} (Eq. 10)
     __syncthreads();
-    mm<C, C>(sKc, LC, sT, LC, 1, s1, LC, 1, 1.f, false);  // Kcorr = T Y
-    mm<D, C>(U, D, sT, LC, 1, bW, D, 1, 1.f, false);      // U = T b W
+    mm<C, C, kNone, kAK>(sKc, LC, sT, LC, s1, LC, 1.f, false);  // Kcorr = T Y
+    mm<D, C, kNone, kAK>(U, D, sT, LC, bW, D, 1.f, false);      // U = T b W
 
     // ---- The chunk product P = I - W^T U (Eq. 11): dW = -U dP^T, dU = -W dP (Eq. 34).
     const float* dP = p.dpacc + fac * D * D;
-    mm<D, D>(dW, D, U, D, 1, dP, 1, D, -1.f, false);
-    mm<D, D>(dU, D, W, D, 1, dP, D, 1, -1.f, false);
+    mm<D, D, kNone, kAKBK>(dW, D, U, D, dP, D, -1.f, false);
+    mm<D, D, kNone, kAK>(dU, D, W, D, dP, D, -1.f, false);
     // ---- K^ = K - Kcorr^T W (Eq. 14): dk += dK^ (dkacc holds dK^ and becomes dk), dKcorr = -W dK^^T,
     // dW -= Kcorr dK^ (Eq. 29).
     float* dk = p.dkacc + fac * C * D;
-    mm<C, D>(dKc, C, W, D, 1, dk, 1, D, -1.f, false);
-    mm<D, C>(dW, D, sKc, LC, 1, dk, D, 1, -1.f, true);
+    mm<C, D, kNone, kAKBK>(dKc, C, W, D, dk, D, -1.f, false);
+    mm<D, C, kNone, kAK>(dW, D, sKc, LC, dk, D, -1.f, true);
 
     // ---- Per query head: the diagonal block and the query side (Eq. 12, 13, 24-28).
     for (int j = 0; j < p.group; ++j) {
@@ -278,12 +312,12 @@ __global__ void __launch_bounds__(256, 2) bwd_local_kernel(const BwdParams p) {
         sG[tid] = kGate ? p.ws.gl[qrow * C + tid] : 0.f;
       }
       __syncthreads();
-      mm<C, D, kA>(s0, LC, Q, D, 1, W, 1, D, 1.f, false);  // QWl = lower(Q W^T)
+      mm<C, D, kA, kAKBK>(s0, LC, Q, D, W, D, 1.f, false);  // QWl = lower(Q W^T)
       mask(s0, [](int i, int jj) { return jj <= i; });
-      mm<C, D, kAB>(s1, LC, Q, D, 1, K, 1, D, 1.f, false);  // S = lower(Q K^T) - QWl Kcorr (Eq. 12)
+      mm<C, D, kAB, kAKBK>(s1, LC, Q, D, K, D, 1.f, false);  // S = lower(Q K^T) - QWl Kcorr (Eq. 12)
       mask(s1, [](int i, int jj) { return jj <= i; });
-      mm<C, C>(s1, LC, s0, LC, 1, sKc, LC, 1, -1.f, true);
-      mm<C, D, kAB>(s2, LC, dO, D, 1, V, 1, D, 1.f, false);  // dO V^T
+      mm<C, C, kNone, kAK>(s1, LC, s0, LC, sKc, LC, -1.f, true);
+      mm<C, D, kAB, kAKBK>(s2, LC, dO, D, V, D, 1.f, false);  // dO V^T
       // P = exp(l - lse) and dl = P (dO V^T - delta) on the causal part (Eq. 19-20); in base 2.
       for (int e = tid; e < C * C; e += kThreads) {
         const int i = e / C, jj = e % C;
@@ -293,60 +327,58 @@ __global__ void __launch_bounds__(256, 2) bwd_local_kernel(const BwdParams p) {
         s2[i * LC + jj] = pr * (s2[i * LC + jj] - sDelta[i]);
       }
       __syncthreads();
-      mm<D, C, kB>(p.dvacc + fac * C * D, D, s1, 1, LC, dO, D, 1, 1.f, true);  // dV += P^T dO (Eq. 5)
+      mm<D, C, kB, kANBN>(p.dvacc + fac * C * D, D, s1, LC, dO, D, 1.f, true);  // dV += P^T dO (Eq. 5)
       if constexpr (kGate) {
         // dG_t = sum_j dl_tj - sum_i dl_it (Eq. 7): the main kernel added the row sums over earlier key chunks
         // (dgrow) and stored minus the column sums over later query chunks (dgacc); this adds the diagonal block's.
         // Both sums are formed explicitly, as the reference does: replacing the row sums by their exact value dlse
         // (sum_j P_tj = 1) left the rounding of every column sum uncancelled in dg's reverse cumulative sum.
+        row_sums(s2, sRows);
         if (tid < n) {
-          float rs = 0.f, cs = 0.f;
-          for (int i = 0; i < C; ++i) {
-            rs += s2[tid * LC + i];
-            cs += s2[i * LC + tid];
-          }
-          p.dgacc[qrow * C + tid] += p.dgrow[qrow * C + tid] + rs - cs;
+          float cs = 0.f;
+          for (int i = 0; i < C; ++i) cs += s2[i * LC + tid];
+          p.dgacc[qrow * C + tid] += p.dgrow[qrow * C + tid] + sRows[tid] - cs;
         }
         __syncthreads();  // the sums read dl before it is scaled in place below
       }
       for (int e = tid; e < C * C; e += kThreads) s2[(e / C) * LC + e % C] *= p.scale;  // ds = scale dl (Eq. 6)
       __syncthreads();
       float* dq = p.dqacc + qrow * C * D;  // holds dQ^ (Eq. 21), becomes dq
-      mm<C, D>(s3, LC, dq, D, 1, U, 1, D, -1.f, false);     // Q^ = Q - QWl U: dQWl = -dQ^ U^T (Eq. 26)
-      mm<D, C>(dU, D, s0, 1, LC, dq, D, 1, -1.f, true);     //   dU -= QWl^T dQ^, dq += dQ^ (in place)
-      mm<D, C, kB>(dq, D, s2, LC, 1, K, D, 1, 1.f, true);   // S: dq += dS K (Eq. 27)
-      mm<D, C, kB>(dk, D, s2, 1, LC, Q, D, 1, 1.f, true);   //    dk += dS^T Q
-      mm<C, C>(s3, LC, s2, LC, 1, sKc, 1, LC, -1.f, true);  //    dQWl -= dS Kcorr^T
-      mm<C, C>(dKc, C, s0, 1, LC, s2, LC, 1, -1.f, true);   //    dKcorr -= QWl^T dS
+      mm<C, D, kNone, kAKBK>(s3, LC, dq, D, U, D, -1.f, false);     // Q^ = Q - QWl U: dQWl = -dQ^ U^T (Eq. 26)
+      mm<D, C, kNone, kANBN>(dU, D, s0, LC, dq, D, -1.f, true);     //   dU -= QWl^T dQ^, dq += dQ^ (in place)
+      mm<D, C, kB, kAK>(dq, D, s2, LC, K, D, 1.f, true);   // S: dq += dS K (Eq. 27)
+      mm<D, C, kB, kANBN>(dk, D, s2, LC, Q, D, 1.f, true);   //    dk += dS^T Q
+      mm<C, C, kNone, kAKBK>(s3, LC, s2, LC, sKc, LC, -1.f, true);  //    dQWl -= dS Kcorr^T
+      mm<C, C, kNone, kANBN>(dKc, C, s0, LC, s2, LC, -1.f, true);   //    dKcorr -= QWl^T dS
       mask(s3, [](int i, int jj) { return jj <= i; });
-      mm<D, C>(dq, D, s3, LC, 1, W, D, 1, 1.f, true);       // QWl: dq += dQWl W (Eq. 28)
-      mm<D, C, kB>(dW, D, s3, 1, LC, Q, D, 1, 1.f, true);   //      dW += dQWl^T Q
+      mm<D, C, kNone, kAK>(dq, D, s3, LC, W, D, 1.f, true);       // QWl: dq += dQWl W (Eq. 28)
+      mm<D, C, kB, kANBN>(dW, D, s3, LC, Q, D, 1.f, true);   //      dW += dQWl^T Q
       write_rows<D>(static_cast<T*>(p.dq) + ci.b * p.sdq.b + (int64_t)ci.t0 * p.sdq.t + hq * p.sdq.h, p.sdq.t, dq, n);
     }
 
     // ---- Key side: Kcorr = T Y, U = T b W, T = (I + A)^{-1} (Eq. 29, 30).
-    mm<C, D, kB>(s1, LC, W, D, 1, K, 1, D, 1.f, false);  // M = W K^T
+    mm<C, D, kB, kAKBK>(s1, LC, W, D, K, D, 1.f, false);  // M = W K^T
     for (int e = tid; e < C * C; e += kThreads) {       // Y = b strict_lower(M) again (not kept: shared memory)
       const int i = e / C, j = e % C;
       s3[i * LC + j] = j < i ? sBeta[i] * s1[i * LC + j] : 0.f;
     }
     __syncthreads();
-    mm<C, C>(s0, LC, dKc, C, 1, s3, 1, LC, 1.f, false);   // dT = dKcorr Y^T
-    mm<C, C>(s2, LC, sT, 1, LC, dKc, C, 1, 1.f, false);   // dY = T^T dKcorr
+    mm<C, C, kNone, kAKBK>(s0, LC, dKc, C, s3, LC, 1.f, false);   // dT = dKcorr Y^T
+    mm<C, C, kNone, kANBN>(s2, LC, sT, LC, dKc, C, 1.f, false);   // dY = T^T dKcorr
     strict_lower_beta_backward(s2, s1, sBeta, sDbeta);  // Y = b strict_lower(M): dbeta, then dM = b dY
-    mm<D, C, kB>(dW, D, s2, LC, 1, K, D, 1, 1.f, true);   // dW += dM K
-    mm<D, C>(dk, D, s2, 1, LC, W, D, 1, 1.f, true);       // dk += dM^T W
-    mm<C, D>(s0, LC, dU, D, 1, bW, 1, D, 1.f, true);      // dT += dU (b W)^T
-    mm<D, C>(dbW, D, sT, 1, LC, dU, D, 1, 1.f, false);    // d(bW) = T^T dU
+    mm<D, C, kB, kAK>(dW, D, s2, LC, K, D, 1.f, true);   // dW += dM K
+    mm<D, C, kNone, kANBN>(dk, D, s2, LC, W, D, 1.f, true);       // dk += dM^T W
+    mm<C, D, kNone, kAKBK>(s0, LC, dU, D, bW, D, 1.f, true);      // dT += dU (b W)^T
+    mm<D, C, kNone, kANBN>(dbW, D, sT, LC, dU, D, 1.f, false);    // d(bW) = T^T dU
     add_row_dots<D>(sDbeta, dbW, W);
     for (int e = tid; e < C * D; e += kThreads) dW[e] += sBeta[e / D] * dbW[e];
     __syncthreads();
-    mm<C, C>(s2, LC, sT, 1, LC, s0, LC, 1, 1.f, false);   // T^T dT
-    mm<C, C>(s3, LC, s2, LC, 1, sT, 1, LC, -1.f, false);  // dA = -T^T dT T^T (Eq. 30)
-    mm<C, D>(s1, LC, W, D, 1, W, 1, D, 1.f, false);       // W W^T
+    mm<C, C, kNone, kANBN>(s2, LC, sT, LC, s0, LC, 1.f, false);   // T^T dT
+    mm<C, C, kNone, kAKBK>(s3, LC, s2, LC, sT, LC, -1.f, false);  // dA = -T^T dT T^T (Eq. 30)
+    mm<C, D, kNone, kAKBK>(s1, LC, W, D, W, D, 1.f, false);       // W W^T
     strict_lower_beta_backward(s3, s1, sBeta, sDbeta);  // A = b strict_lower(W W^T): dbeta, then dN = b dA
-    mm<D, C>(dW, D, s3, LC, 1, W, D, 1, 1.f, true);       // dW += (dN + dN^T) W
-    mm<D, C>(dW, D, s3, 1, LC, W, D, 1, 1.f, true);
+    mm<D, C, kNone, kAK>(dW, D, s3, LC, W, D, 1.f, true);       // dW += (dN + dN^T) W
+    mm<D, C, kNone, kANBN>(dW, D, s3, LC, W, D, 1.f, true);
 
     // ---- Final writes (rows of the chunk).
     const int64_t t0 = (int64_t)ci.t0;

@@ -3,6 +3,9 @@
 //   Q^ = Q - lower(Q W^T) U      the query carried to its chunk start (Eq. 13), tensor-core dtype
 //   lse2 = lse log2(e)           softmax statistics in base 2 (exp2 in the kernels); +inf on padded rows (p = 0)
 //   delta = dO . o - dlse        (Eq. 6); 0 on padded rows
+//   dO^ = dO in a [C, D] tile per (chunk, head), zero rows past the chunk's end (when p.dohat is set): the wgmma
+//                                main kernel loads it by TMA as a plain 2-D box, whatever dout's strides and
+//                                alignment, and never reads another sequence's rows in a short chunk
 // One CTA of 4 warps; warp w owns rows 16w..16w+15 (fwd_tiles.cuh's layout: rows r0 and r0 + 8 per thread).
 #pragma once
 
@@ -60,6 +63,15 @@ __global__ void __launch_bounds__(128) bwd_prep_kernel(const BwdParams p) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)  // rows past the chunk's end: Q was loaded as 0, so Q^ is 0
       *reinterpret_cast<uint32_t*>(qh + r * D + nt * 8 + 2 * t4) = TypeTraits<T>::pack(qf[nt][2 * half], qf[nt][2 * half + 1]);
+  }
+
+  if (p.dohat) {  // 4-byte pieces: dout rows need only be 4-byte aligned (api.cu)
+    const T* dout = static_cast<const T*>(p.dout) + ci.b * p.sdo.b + (int64_t)ci.t0 * p.sdo.t + hq * p.sdo.h;
+    uint32_t* dst = reinterpret_cast<uint32_t*>(static_cast<T*>(p.dohat) + ((int64_t)gc * p.HQ + hq) * C * D);
+    for (int e = threadIdx.x; e < C * D / 2; e += blockDim.x) {
+      const int r = e / (D / 2), c = 2 * (e % (D / 2));
+      dst[e] = r < ci.len ? *reinterpret_cast<const uint32_t*>(dout + r * p.sdo.t + c) : 0u;
+    }
   }
 
   // lse2 and delta: two threads per row, each half of the row, summed with one shuffle.

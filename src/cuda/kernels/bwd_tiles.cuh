@@ -18,6 +18,15 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[KB][4], const T* s, int ld,
   for (int kk = 0; kk < KB; ++kk) ldsm_x4(a[kk], smem_addr(s + r * ld + kk * 16 + c));
 }
 
+// The same from a 128-byte-swizzled tile of 64-element rows (fwd_tiles.cuh swz at ld 64: what TMA writes).
+template <int KB, typename T>
+__device__ __forceinline__ void load_a_swz(uint32_t (&a)[KB][4], const T* s, int row0) {
+  const int lane = threadIdx.x % 32;
+  const int r = row0 + lane % 8 + 8 * ((lane / 8) % 2), c = 8 * (lane / 16);
+#pragma unroll
+  for (int kk = 0; kk < KB; ++kk) ldsm_x4(a[kk], smem_addr(s + fwd_detail::swz<true>(r, kk * 16 + c, 64)));
+}
+
 // A fragments of A(i, k) = s[k][i] (A stored transposed, [k][rows]), rows row0..row0+15: ldmatrix.trans.
 template <int KB, typename T>
 __device__ __forceinline__ void load_a_t(uint32_t (&a)[KB][4], const T* s, int ld, int row0) {
@@ -67,17 +76,23 @@ __device__ __forceinline__ void load_acc(float (&acc)[NT][4], const T* s, int ld
 
 // Adds acc into an f32 global tile (rows row0 + g, + 8 of `rows` valid ones) with atomics: the f32 accumulation
 // of contributions from several CTAs (FlashAttention's dQ accumulation). In deterministic mode the caller holds the
-// tile's turn (below), so the adds happen in a fixed order and round identically on every run.
+// tile's turn (below), so the adds happen in a fixed order and round identically on every run. Lanes t4 and t4 ^ 1
+// swap half their values so that each adds four consecutive columns of one row with one float4 atomic (sm_90;
+// each element atomic on its own): half the atomic instructions of float2 adds (v3 measured ~8 G float2 atomics
+// per 32 x 4096 backward, docs/perf/notes.md).
 template <int NT>
 __device__ __forceinline__ void atomic_add_acc(const float (&acc)[NT][4], float* g0, int64_t ld, int row0, int rows) {
   const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const bool odd = t4 & 1;
+  const int r = row0 + g + (odd ? 8 : 0), col = 4 * (t4 / 2);  // even lanes: row g; odd lanes: row g + 8
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = row0 + g + 8 * half;
-    if (r >= rows) continue;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-      atomicAdd(reinterpret_cast<float2*>(g0 + r * ld + nt * 8 + 2 * t4), make_float2(acc[nt][2 * half], acc[nt][2 * half + 1]));
+  for (int nt = 0; nt < NT; ++nt) {
+    // Even lanes give their row g + 8 pair (columns 4s, 4s + 1) to the odd neighbour, odd lanes their row g pair
+    // (columns 4s + 2, 4s + 3) to the even one.
+    const float x0 = __shfl_xor_sync(0xffffffffu, odd ? acc[nt][0] : acc[nt][2], 1);
+    const float x1 = __shfl_xor_sync(0xffffffffu, odd ? acc[nt][1] : acc[nt][3], 1);
+    const float4 v = odd ? make_float4(x0, x1, acc[nt][2], acc[nt][3]) : make_float4(acc[nt][0], acc[nt][1], x0, x1);
+    if (r < rows) atomicAdd(reinterpret_cast<float4*>(g0 + r * ld + nt * 8 + col), v);
   }
 }
 

@@ -46,6 +46,15 @@ __device__ __forceinline__ void wgmma_fence_operand(float (&d)[NT][4]) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
 }
+// The same for A fragments in registers: a wgmma reads them asynchronously until its wait, but to the compiler they
+// die at the instruction, so code between commit and wait could reuse their registers. This keeps them live.
+template <int KT>
+__device__ __forceinline__ void wgmma_fence_frags(uint32_t (&a)[KT][4]) {
+#pragma unroll
+  for (int i = 0; i < KT; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[i][e])::"memory");
+}
 // Shared memory written by ordinary stores or cp.async, read next by wgmma (the async proxy).
 __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 

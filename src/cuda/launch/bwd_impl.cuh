@@ -4,11 +4,16 @@
 // that the four (dtype, D) builds of these large kernels compile in parallel.
 #pragma once
 
+#include <cstdlib>
+#include <cstring>
+
 #include "cuda/check.h"
 #include "cuda/kernels/bwd_local.cuh"
 #include "cuda/kernels/bwd_main.cuh"
+#include "cuda/kernels/bwd_main_wgmma.cuh"
 #include "cuda/kernels/bwd_prep.cuh"
 #include "cuda/launch/launch.h"
+#include "cuda/tensor_maps.h"
 
 namespace pathattn::cuda {
 namespace bwd_launch_detail {
@@ -29,12 +34,31 @@ inline int resident(K kernel, int threads, int bytes, const char* name) {
   return per_sm * sm_count();
 }
 
+// D = 64 runs the wgmma main kernel (bwd_main_wgmma.cuh); PATHATTN_BWD_MAIN=mma selects the mma.sync one
+// (bwd_main.cuh), which D = 128 always runs, for side-by-side timing in bench_fwd.
+template <int D>
+bool use_wgmma_main() {
+  if constexpr (D != 64) {
+    return false;
+  } else {
+    const char* e = std::getenv("PATHATTN_BWD_MAIN");
+    return !(e && std::strcmp(e, "mma") == 0);
+  }
+}
+
 }  // namespace bwd_launch_detail
 
 template <typename T, int D, bool kGate, bool kDet>
 BwdGrid bwd_grid(int group) {
   BwdGrid g;
-  g.main_ctas = bwd_launch_detail::resident(bwd_main_kernel<T, D, kGate, kDet>, 128, BwdMainSmem<D>::bytes(group, kGate), "bwd_main_kernel");
+  g.wgmma_main = bwd_launch_detail::use_wgmma_main<D>();
+  if constexpr (D == 64)
+    if (g.wgmma_main)
+      g.main_ctas = bwd_launch_detail::resident(bwd_main_wgmma_kernel<T, kGate, kDet>, 128,
+                                                BwdWgSmem::bytes(group, kGate), "bwd_main_wgmma_kernel");
+  if (!g.wgmma_main)
+    g.main_ctas = bwd_launch_detail::resident(bwd_main_kernel<T, D, kGate, kDet>, 128, BwdMainSmem<D>::bytes(group, kGate),
+                                              "bwd_main_kernel");
   g.local_ctas = bwd_launch_detail::resident(bwd_local_kernel<T, D, kGate>, 256, bwd_local_smem_bytes<D>(), "bwd_local_kernel");
   return g;
 }
@@ -48,7 +72,22 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
     CUDA_CHECK_LAUNCH("bwd_prep_kernel");
   }
   mark("bwd_prep");
-  {
+  if (grid.wgmma_main) {
+    if constexpr (D == 64) {
+      // The tiles the kernel streams, as [rows, 64] matrices read in 64 x 64 boxes (128-byte swizzle).
+      const int64_t q_rows = static_cast<int64_t>(p.num_chunks) * p.HQ * kChunk;
+      const CUtensorMap tm_q = tensor_map_2d(p.qhat, q_rows, 64, 64, 64, 64, "the Q^ workspace");
+      const CUtensorMap tm_do = tensor_map_2d(p.dohat, q_rows, 64, 64, 64, 64, "the dO^ workspace");
+      const CUtensorMap tm_step =
+          tensor_map_2d(p.ws.step, static_cast<int64_t>(p.num_chunks) * p.H * 64, 64, 64, 64, 64, "the E workspace");
+      const CUtensorMap tm_slot = tensor_map_2d(p.slots, static_cast<int64_t>(grid.main_ctas) * p.slot_chunks * kChunk, 64,
+                                                64, 64, 64, "the backward's slots");
+      const int bytes = BwdWgSmem::bytes(p.group, kGate);
+      CUDA_CHECK(cudaFuncSetAttribute(bwd_main_wgmma_kernel<T, kGate, kDet>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+      bwd_main_wgmma_kernel<T, kGate, kDet><<<grid.main_ctas, 128, bytes, stream>>>(p, tm_q, tm_do, tm_step, tm_slot);
+      CUDA_CHECK_LAUNCH("bwd_main_wgmma_kernel");
+    }
+  } else {
     const int bytes = BwdMainSmem<D>::bytes(p.group, kGate);
     CUDA_CHECK(cudaFuncSetAttribute(bwd_main_kernel<T, D, kGate, kDet>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     bwd_main_kernel<T, D, kGate, kDet><<<grid.main_ctas, 128, bytes, stream>>>(p);

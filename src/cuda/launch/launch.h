@@ -23,6 +23,7 @@ void launch_kcache(const FwdParams& p, cudaStream_t stream);
 // The backward's persistent grids: CTAs resident at once (each owns a scratch slot).
 struct BwdGrid {
   int main_ctas = 0, local_ctas = 0;
+  bool wgmma_main = false;  // the main kernel is bwd_main_wgmma (D = 64; needs BwdParams::dohat)
 };
 template <typename T, int D, bool kGate, bool kDet>
 BwdGrid bwd_grid(int group);

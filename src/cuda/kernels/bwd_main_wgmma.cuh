@@ -1,0 +1,345 @@
+// The main backward kernel at D = 64 on Hopper's warpgroup tensor cores (wgmma, sm_90a) and the bulk copy engine
+// (TMA). Same math, tasks and summation order as bwd_main.cuh (docs/math.md Eq. 18-23, 33; docs/cuda.md
+// "Backward"); only the products and the loads change. One task = (key chunk c, kv head h); one CTA = one
+// warpgroup of 4 warps, warp w owning key rows 16w..16w+15; persistent CTAs take tasks in list order.
+//
+//   phase 1, m = c+1 .. last:  K~_{c,m} -> slot;  K~ <- K~ + K~ E_m                 1 wgmma product (B = E_m, MN-major)
+//   phase 2, m = last .. c+1, every query head of the group:
+//        S^T = K~ Q^^T,  dP^T = V dO^T                                              2 products (B K-major)
+//        P^T, dS^T (softmax backward, Eq. 19-20)
+//        dV += P^T dO,  E += dS^T Q^                                                2 products (B MN-major)
+//        dQ^_m += dS K~   (dS^T through shared memory, ldmatrix.trans)              1 product, f32 atomics
+//      chain:  dP_{m-1} += E^T K~_{c,m-1}  (E through shared memory)                1 product, f32 atomics
+//              E <- E + E E_{m-1}^T                                                 1 product (B K-major)
+//
+// Every product is m64n64k16 x 4 with A from registers (the accumulator layout per warp is mma.sync's, so results
+// become A operands in place, and ldmatrix gives the transposed ones) and B from a 128-byte-swizzled shared tile
+// (wgmma.cuh). Why: the mma.sync kernel (bwd_main.cuh) reads each B tile once per warp through ldmatrix (4x per
+// CTA) and issues ~5x more instructions per product; the forward gained 2.5x from the same change (notes.md v5).
+//
+// Loads: Q^ and dO^ (bwd_prep's padded chunk tiles, so rows past a chunk's end are zeros and every tile is a
+// plain 2-D box), lse2, delta and the gate rows of the next (query chunk, head) step go by TMA into the other of
+// two stages while the current step computes; K~_{c,m-1} (the CTA's slot) and E_{m-1} for the chain step are
+// issued at the start of step m. One thread issues every copy; each completes on an mbarrier.
+#pragma once
+
+#include "cuda/kernels/bwd_tiles.cuh"
+#include "cuda/kernels/tma.cuh"
+#include "cuda/kernels/wgmma.cuh"
+
+namespace pathattn::cuda {
+
+// Shared memory (D = 64): eight swizzled 64 x 64 tiles of 16-bit elements (8 KB, 1024-byte aligned):
+//   0, 1: K~ (current, next)    2 + 2s: Q^ of stage s    3 + 2s: dO^ of stage s    6, 7: E steps
+// then two padded tiles [C][LDP] read by ldmatrix only (ds^T; V at the task's start, then E for the chain step),
+// then floats and the mbarriers.
+struct BwdWgSmem {
+  static constexpr int C = kChunk, LDP = 64 + 8;
+  static constexpr int kTile = C * 64;
+  static constexpr int kSwzHalves = 8 * kTile;
+  static constexpr int kPadHalves = 2 * C * LDP;
+  // per stage: lse2, delta, query gate, key gate [C] each; then per-warp row sums [4][C]
+  static constexpr int kFloats = 2 * 4 * C + 4 * C;
+  static constexpr int bytes(int group, bool gate) {
+    return 1024 + (kSwzHalves + kPadHalves) * 2 + (kFloats + (gate ? group * C : 0)) * 4 + 6 * 8;
+  }
+};
+
+template <typename T, bool kGate, bool kDet>
+__global__ void __launch_bounds__(128, 2)
+    bwd_main_wgmma_kernel(const BwdParams p, const __grid_constant__ CUtensorMap tm_q,
+                          const __grid_constant__ CUtensorMap tm_do, const __grid_constant__ CUtensorMap tm_step,
+                          const __grid_constant__ CUtensorMap tm_slot) {
+  using namespace fwd_detail;
+  using namespace bwd_detail;
+  using S = BwdWgSmem;
+  using Tag = typename WgmmaTag<T>::type;
+  constexpr int D = 64, C = kChunk, LDP = S::LDP;
+  constexpr int NT = D / 8, KD = D / 16, NC8 = C / 8, KC = C / 16;
+  constexpr float kLog2e = 1.4426950408889634f;
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t raw_addr = smem_addr(smem_raw);
+  T* sm = reinterpret_cast<T*>(smem_raw + ((1024u - (raw_addr & 1023u)) & 1023u));
+  auto tile = [&](int i) { return sm + i * S::kTile; };
+  T* sDS = sm + S::kSwzHalves;  // [C][LDP] ds^T: [key][query]
+  T* sEs = sDS + C * LDP;       // [C][LDP] V_c at the task's start, then E (chain step)
+  float* fl = reinterpret_cast<float*>(sEs + C * LDP);
+  auto sLse2 = [&](int s) { return fl + s * 4 * C; };
+  auto sDelta = [&](int s) { return fl + s * 4 * C + C; };
+  auto sGq = [&](int s) { return fl + s * 4 * C + 2 * C; };
+  auto sGk = [&](int s) { return fl + s * 4 * C + 3 * C; };
+  float* sRow = fl + 8 * C;    // [4][C] per-warp row sums of dl (kGate)
+  float* sDG = sRow + 4 * C;   // [group][C] gate column sums (kGate)
+  const uint32_t bar0 = smem_addr(sDG + (kGate ? p.group * C : 0));
+  // mbarriers: 0, 1 query stages; 2 chain (K~_{c,m-1}, E_{m-1}; K~_{c,last} at phase 2's start); 3, 4 phase 1 steps
+  auto bar = [&](int i) { return bar0 + 8 * i; };
+  __shared__ int s_task;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t4 = lane % 4;
+  const int row0 = warp * 16, r0 = row0 + lane / 4;  // this warp's 16 key rows; this thread's rows r0, r0 + 8
+  T* slot = static_cast<T*>(p.slots) + (int64_t)blockIdx.x * p.slot_chunks * C * D;
+  const int slot_row0 = blockIdx.x * p.slot_chunks * C;  // the slot's first row in tm_slot
+  const T* khat = static_cast<const T*>(p.ws.khat);
+  const T* vin = static_cast<const T*>(p.v);
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 5; ++i) mbar_init(bar(i), 1);
+    mbar_fence_init();
+  }
+  uint32_t phase = 0;  // bit i: parity of barrier i's next completion
+  auto wait_bar = [&](int i) {
+    mbar_wait(bar(i), (phase >> i) & 1);
+    phase ^= 1u << i;
+  };
+  // Issued by thread 0 only.
+  auto issue_step = [&](int i, int dst_tile, int chunk, int h) {  // E_chunk (D x D) into a tile
+    mbar_arrive_expect_tx(bar(i), S::kTile * 2);
+    tma_load_2d(smem_addr(tile(dst_tile)), &tm_step, 0, (chunk * p.H + h) * D, bar(i));
+  };
+  auto issue_query = [&](int s, int m, int hq, int gc) {  // stage s <- step (query chunk m, head hq)
+    const int64_t qrow = (int64_t)m * p.HQ + hq;
+    mbar_arrive_expect_tx(bar(s), 2 * S::kTile * 2 + 2 * C * 4 + (kGate ? 2 * C * 4 : 0));
+    tma_load_2d(smem_addr(tile(2 + 2 * s)), &tm_q, 0, static_cast<int>(qrow * C), bar(s));
+    tma_load_2d(smem_addr(tile(3 + 2 * s)), &tm_do, 0, static_cast<int>(qrow * C), bar(s));
+    bulk_load(smem_addr(sLse2(s)), p.lse2 + qrow * C, C * 4, bar(s));
+    bulk_load(smem_addr(sDelta(s)), p.delta + qrow * C, C * 4, bar(s));
+    if constexpr (kGate) {
+      bulk_load(smem_addr(sGq(s)), p.ws.gl + qrow * C, C * 4, bar(s));
+      bulk_load(smem_addr(sGk(s)), p.ws.gl + ((int64_t)gc * p.HQ + hq) * C, C * 4, bar(s));
+    }
+  };
+  // wgmma over the four k16 steps of a 64-deep product: B K-major (a step is 32 bytes along the swizzled rows:
+  // +2 in the descriptor's 16-byte units) or MN-major (a step is 16 rows, 2048 bytes: +128).
+  auto mma_kmajor = [&](float(&acc)[8][4], const uint32_t(&a)[4][4], const T* b, bool accumulate) {
+    const uint64_t desc = wgmma_desc_sw128(smem_addr(b));
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_m64n64k16_rs<0>(acc, a[kk], desc + 2 * kk, accumulate || kk > 0, Tag{});
+  };
+  auto mma_mnmajor = [&](float(&acc)[8][4], const uint32_t(&a)[4][4], const T* b, bool accumulate) {
+    const uint64_t desc = wgmma_desc_sw128(smem_addr(b));
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_m64n64k16_rs<1>(acc, a[kk], desc + 128 * kk, accumulate || kk > 0, Tag{});
+  };
+  __syncthreads();
+
+  for (;;) {
+    __syncthreads();  // the previous task is done with shared memory and s_task
+    if (threadIdx.x == 0) s_task = atomicAdd(p.next_task, 1);
+    __syncthreads();
+    const int task = s_task;
+    if (task >= p.num_tasks) break;
+    const int gc = p.tasks[task] / p.H, h = p.tasks[task] % p.H;
+    const ChunkInfo ci = p.chunks[gc];
+    const int last = ci.last;
+    const int64_t fac = (int64_t)gc * p.H + h;  // this (chunk, kv head) in the workspace
+
+    // V_c (A fragments for the whole task) through the padded tile; K^_c = K~_{c,c+1} into f32 registers.
+    load_tile<T, D, false>(sEs, LDP, vin + ci.b * p.sv.b + (int64_t)ci.t0 * p.sv.t + h * p.sv.h, p.sv.t, ci.len);
+    cp_async_commit();
+    if (threadIdx.x == 0 && gc + 1 < last) {
+      fence_proxy_async_smem();
+      issue_step(3, 6, gc + 1, h);
+    }
+    if constexpr (kGate)
+      for (int i = threadIdx.x; i < p.group * C; i += blockDim.x) sDG[i] = 0.f;
+    float kc[NT][4];
+    load_acc<T, NT>(kc, khat + fac * C * D, D, row0);
+    cp_async_wait<0>();
+    __syncthreads();
+    uint32_t va[KD][4];
+    load_a<KD>(va, sEs, LDP, row0);
+
+    // ---- Phase 1: carry K^_c to every later chunk start, keeping each copy in the slot (Eq. 18, 32); the next
+    // step's E_{m+1} is loaded while this step's product runs (tiles 6, 7; barriers 3, 4).
+    for (int m = gc + 1; m <= last; ++m) {
+      store_acc<T, NT>(kc, slot + (int64_t)(m - gc - 1) * C * D, D, row0);
+      if (m == last) break;
+      const int b = (m - gc - 1) & 1;
+      __syncthreads();  // every thread is done with tile 6 + (b ^ 1) (step m - 1's product waited)
+      if (threadIdx.x == 0 && m + 1 < last) {
+        fence_proxy_async_smem();
+        issue_step(3 + (b ^ 1), 6 + (b ^ 1), m + 1, h);
+      }
+      wait_bar(3 + b);
+      uint32_t ka[KD][4];
+      to_a_frags<T, NT>(kc, ka, 1.f);
+      wgmma_fence_operand(kc);
+      wgmma_fence();
+      mma_mnmajor(kc, ka, tile(6 + b), true);  // K~ <- K~ + K~ E_m  (K~ P_m^T)
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operand(kc);
+    }
+    // The slot's rows were written by ordinary stores; the copy engine reads them next (phase 2).
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+    __syncthreads();
+
+    // ---- Phase 2: query chunks from the last back to c + 1, every query head of the group in turn.
+    float e_acc[NT][4], dv_acc[NT][4];
+    zero(e_acc);
+    zero(dv_acc);
+    int kt = 0;  // tile holding K~_{c,m}
+    if (threadIdx.x == 0 && last > gc) {  // (a sequence's last chunk has no later query chunk: no phase 2)
+      fence_proxy_async_smem();  // the previous task's ldmatrix reads of tile 0, before the copy engine's writes
+      mbar_arrive_expect_tx(bar(2), S::kTile * 2);
+      tma_load_2d(smem_addr(tile(0)), &tm_slot, 0, slot_row0 + (last - gc - 1) * C, bar(2));
+      issue_query(0, last, h * p.group, gc);
+    }
+    int it = 0;  // (query chunk, head) steps so far: the stage is it & 1
+    for (int m = last; m > gc; --m) {
+      const ChunkInfo cm = p.chunks[m];
+      if (m == last) wait_bar(2);
+      uint32_t ka[KD][4];  // K~_{c,m} as A fragments, for every head of the group
+      for (int j = 0; j < p.group; ++j, ++it) {
+        const int st = it & 1;
+        const int hq = h * p.group + j;
+        const int64_t qrow = (int64_t)m * p.HQ + hq;
+        __syncthreads();  // every thread is done with stage st ^ 1 (the previous step), sDS and sRow
+        if (threadIdx.x == 0) {
+          fence_proxy_async_smem();
+          if (j + 1 < p.group)
+            issue_query(st ^ 1, m, hq + 1, gc);
+          else if (m - 1 > gc)
+            issue_query(st ^ 1, m - 1, h * p.group, gc);
+          if (j == 0 && m - 1 > gc) {  // the chain step's K~_{c,m-1} and E_{m-1}
+            mbar_arrive_expect_tx(bar(2), 2 * S::kTile * 2);
+            tma_load_2d(smem_addr(tile(kt ^ 1)), &tm_slot, 0, slot_row0 + (m - 1 - gc - 1) * C, bar(2));
+            tma_load_2d(smem_addr(tile(6)), &tm_step, 0, ((m - 1) * p.H + h) * D, bar(2));
+          }
+        }
+        if (j == 0) load_a_swz(ka, tile(kt), row0);
+        float gdelta = 0.f;  // G_i - G_j = (goff_m - goff_c) + gl_i - gl_j, the large offsets subtracted in f64
+        if constexpr (kGate) gdelta = static_cast<float>(p.ws.goff[qrow] - p.ws.goff[(int64_t)gc * p.HQ + hq]);
+        wait_bar(st);
+        const T* sQ = tile(2 + 2 * st);
+        const T* sdO = tile(3 + 2 * st);
+
+        float s[NC8][4], dp[NC8][4];
+        wgmma_fence_operand(s);
+        wgmma_fence_operand(dp);
+        wgmma_fence();
+        mma_kmajor(s, ka, sQ, false);    // S^T = K~ Q^^T: [key][query]
+        mma_kmajor(dp, va, sdO, false);  // (dO V^T)^T = V dO^T
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operand(s);
+        wgmma_fence_operand(dp);
+
+        const float* lse2 = sLse2(st);
+        const float* dlt = sDelta(st);
+        float colsum[2] = {0.f, 0.f};  // this thread's key rows: sum over queries of dl
+#pragma unroll
+        for (int nt = 0; nt < NC8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int qc = nt * 8 + 2 * t4 + e % 2;
+            float x = s[nt][e] * p.scale_log2 - lse2[qc];
+            if constexpr (kGate) x += ((sGq(st)[qc] + gdelta) - sGk(st)[r0 + 8 * (e / 2)]) * kLog2e;
+            const float pr = fast_exp2(x);  // padded query rows: lse2 = +inf, pr = 0
+            const float dl = pr * (dp[nt][e] - dlt[qc]);
+            s[nt][e] = pr;
+            dp[nt][e] = dl;
+            colsum[e / 2] += dl;
+          }
+        // dV_c += P^T dO_m (Eq. 5), E += ds^T Q^_m (Eq. 21): asynchronous while ds^T goes to shared memory.
+        uint32_t pa[KC][4], da[KC][4];
+        to_a_frags<T, NC8>(s, pa, 1.f);
+        to_a_frags<T, NC8>(dp, da, p.scale);
+        wgmma_fence_operand(dv_acc);
+        wgmma_fence_operand(e_acc);
+        wgmma_fence();
+        mma_mnmajor(dv_acc, pa, sdO, true);
+        mma_mnmajor(e_acc, da, sQ, true);
+        wgmma_commit();
+        store_acc<T, NC8>(dp, sDS, LDP, row0, p.scale);
+        if constexpr (kGate) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            float x = colsum[half];
+            x += __shfl_xor_sync(0xffffffffu, x, 1);
+            x += __shfl_xor_sync(0xffffffffu, x, 2);
+            if (t4 == 0) sDG[j * C + r0 + 8 * half] -= x;  // dG_j -= sum_i dl_ij (Eq. 7), rows owned by this thread
+          }
+          // dG_i += sum_j dl_ij for the query chunk's rows: this warp's 16 keys here, the 4 warps summed in a
+          // fixed order below, then added to dgrow across tasks in the dQ^ turn (deterministic).
+#pragma unroll
+          for (int nt = 0; nt < NC8; ++nt)
+#pragma unroll
+            for (int par = 0; par < 2; ++par) {
+              float x = dp[nt][par] + dp[nt][2 + par];
+              x += __shfl_xor_sync(0xffffffffu, x, 4);
+              x += __shfl_xor_sync(0xffffffffu, x, 8);
+              x += __shfl_xor_sync(0xffffffffu, x, 16);
+              if (lane < 4) sRow[warp * C + nt * 8 + 2 * lane + par] = x;
+            }
+        }
+        __syncthreads();  // ds^T (and the row sums) complete in shared memory
+        // dQ^_m += ds K~_{c,m} (Eq. 21): query rows now, A = ds = (ds^T)^T through ldmatrix.trans.
+        uint32_t qa[KC][4];
+        load_a_t<KC>(qa, sDS, LDP, row0);
+        float dq[8][4];
+        wgmma_fence_operand(dq);
+        wgmma_fence();
+        mma_mnmajor(dq, qa, tile(kt), false);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operand(dq);
+        wgmma_fence_operand(dv_acc);
+        wgmma_fence_operand(e_acc);
+        wgmma_fence_frags(pa);  // the dV and E products read pa, da until the wait: keep their registers
+        wgmma_fence_frags(da);
+        if constexpr (kDet) wait_turn(p.count_q + qrow, m - 1 - gc);
+        if constexpr (kGate)
+          if (threadIdx.x < cm.len)
+            atomicAdd(p.dgrow + qrow * C + threadIdx.x, (sRow[threadIdx.x] + sRow[C + threadIdx.x]) +
+                                                             (sRow[2 * C + threadIdx.x] + sRow[3 * C + threadIdx.x]));
+        atomic_add_acc<8>(dq, p.dqacc + qrow * C * D, D, row0, cm.len);
+        if constexpr (kDet) pass_turn(p.count_q + qrow);
+      }
+
+      if (m > gc + 1) {
+        // Back through K~_{c,m} = K~_{c,m-1} P_{m-1}^T (Eq. 33): dP_{m-1} += E^T K~_{c,m-1}, E <- E P_{m-1}.
+        const int jc = m - 1;
+        store_acc<T, NT>(e_acc, sEs, LDP, row0);
+        wait_bar(2);
+        __syncthreads();  // E complete in shared memory
+        uint32_t ea[KC][4];
+        load_a_t<KC>(ea, sEs, LDP, row0);  // A(d, key) = E[key][d]: rows d = 16 warp..
+        float dpj[8][4];
+        wgmma_fence_operand(dpj);
+        wgmma_fence();
+        mma_mnmajor(dpj, ea, tile(kt ^ 1), false);
+        wgmma_commit();
+        uint32_t eb[KD][4];
+        to_a_frags<T, NT>(e_acc, eb, 1.f);
+        wgmma_fence_operand(e_acc);
+        wgmma_fence();  // eb was just written by ordinary instructions
+        mma_kmajor(e_acc, eb, tile(6), true);  // E <- E + E E_j^T
+        wgmma_commit();
+        wgmma_wait<1>();  // dP_j's product is done; E's may still run
+        wgmma_fence_operand(dpj);
+        wgmma_fence_frags(ea);
+        int* count = p.count_p + (int64_t)jc * p.H + h;
+        if constexpr (kDet) wait_turn(count, jc - 1 - gc);
+        atomic_add_acc<8>(dpj, p.dpacc + ((int64_t)jc * p.H + h) * D * D, D, row0, D);
+        if constexpr (kDet) pass_turn(count);
+        wgmma_wait<0>();
+        wgmma_fence_operand(e_acc);
+        wgmma_fence_frags(eb);
+        kt ^= 1;  // K~_{c,m-1} is the next step's K~_{c,m}
+      }
+    }
+
+    // ---- The task's own gradients (rows of chunk c; all zero when c is its sequence's last chunk).
+    store_acc_f32<NT>(e_acc, p.dkacc + fac * C * D, D, row0);
+    store_acc_f32<NT>(dv_acc, p.dvacc + fac * C * D, D, row0);
+    if constexpr (kGate) {
+      __syncthreads();
+      for (int i = threadIdx.x; i < p.group * C; i += blockDim.x)
+        p.dgacc[((int64_t)gc * p.HQ + h * p.group + i / C) * C + i % C] = sDG[i];
+    }
+  }
+}
+
+}  // namespace pathattn::cuda
