@@ -175,6 +175,14 @@ if [ "$MODE" = bwd ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
   fi
 fi
 if [ "$MODE" = bwd ]; then
+  # Timing variants: each word of BWD_VARIANTS is an environment assignment for one bench_fwd run of one shape,
+  # e.g. PATHATTN_BWD_TIMING_SKIP=3 (stages left out, params.h) or PATHATTN_BWD_PAIR_GROUP=4 (plan.cu).
+  for var in ${BWD_VARIANTS:-}; do
+    env "$var" PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --iters 5 \
+      --shape ${VARIANT_SHAPE:-32,4096,32,64} > "$OUT/bench_variant.log" 2>&1
+    stage() { grep "profile\] $1 " "$OUT/bench_variant.log" | awk '{print $4}' | sed -n '4p;8p' | tr '\n' ' '; }
+    note "$var: bwd det/fast ms $(grep -E '^ +[0-9]' "$OUT/bench_variant.log" | awk '{print $9, $10}') | main $(stage bwd_main)| local $(stage bwd_local)"
+  done
   [ "${NO_NCU:-0}" = 1 ] || { t0=$(date +%s)
   ncu --clock-control none -k "regex:bwd_main|bwd_local" --launch-skip 2 --launch-count 2 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \

@@ -2,6 +2,7 @@
 // and back the workspace (workspace.h), fill the params (params.h), dispatch (dispatch.cu). Nothing else.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -190,7 +191,13 @@ void backward(const Problem& p, const Inputs& in, const TensorView& o, const Ten
   DeviceGuard guard(in.q.device_index);
   const cudaStream_t stream = static_cast<cudaStream_t>(in.cuda_stream);
   if (checks_values(in)) check_values(in, p, stream);
-  const Plan plan = make_plan(sequences(p, in, stream), static_cast<int>(p.H), true);
+  // Pairs interleaved in the main kernel's task list (plan.cu); PATHATTN_BWD_PAIR_GROUP overrides it for timing.
+  const std::vector<Segment> segs = sequences(p, in, stream);
+  int64_t longest = 0;
+  for (const Segment& s : segs) longest = std::max(longest, s.len);
+  int pair_group = bwd_pair_group(longest);
+  if (const char* e = std::getenv("PATHATTN_BWD_PAIR_GROUP")) pair_group = std::max(1, std::atoi(e));
+  const Plan plan = make_plan(segs, static_cast<int>(p.H), true, pair_group);
   const int NC = static_cast<int>(plan.chunks.size());
   if (NC == 0) return;
   check_32bit(p, NC, "backward");
@@ -265,6 +272,7 @@ void backward(const Problem& p, const Inputs& in, const TensorView& o, const Ten
   prm.slot_chunks = plan.max_chunks;
   prm.local_scratch = ws.ptr<float>(local);
   prm.deterministic = in.deterministic;
+  if (const char* e = std::getenv("PATHATTN_BWD_TIMING_SKIP")) prm.timing_skip = std::atoi(e);
   run_backward(prm, grid, p.dtype, D, p.has_gate, stream);
 }
 

@@ -118,6 +118,12 @@ struct BwdParams : FwdParams {
   // Per resident chunk-local CTA: f32 scratch tiles (kernels/bwd_local.cuh).
   float* local_scratch; // [num_local_slots, kLocalTiles, C, D]
   bool deterministic;
+  // Timing experiments only (wrong gradients; env PATHATTN_BWD_TIMING_SKIP, api.cu): bits that make the wgmma main
+  // kernel leave a stage out, so that its cost is the time difference (docs/perf/notes.md). 1: the dQ^ atomics,
+  // 2: the dP atomics, 4: phase 1's products, 8: the dQ^ product and its atomics; and the chunk-local kernel:
+  // 16: the UT solve, 32: the per-head part, 64: the key side (Eq. 29-30), 128: dP and K^'s backward (Eq. 34, 29),
+  // 256: the factors' recomputation (Eq. 10, 12). 0 in every real call.
+  int timing_skip;
 };
 
 }  // namespace pathattn::cuda

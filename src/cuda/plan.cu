@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "cuda/check.h"
 
@@ -36,7 +37,7 @@ std::vector<Segment> sequences(const Problem& p, const Inputs& in, void* stream_
   return s;
 }
 
-Plan make_plan(const std::vector<Segment>& segs, int H, bool backward) {
+Plan make_plan(const std::vector<Segment>& segs, int H, bool backward, int pair_group) {
   Plan pl;
   for (const Segment& s : segs) {
     SeqInfo si{static_cast<int>(pl.chunks.size()), 0};
@@ -68,10 +69,24 @@ Plan make_plan(const std::vector<Segment>& segs, int H, bool backward) {
     // dQ^ / dP accumulators in L2. The first schedule (rank-major: every pair's rank-r task, then rank r + 1) put
     // each resident CTA on a different pair: L2 hit rate 52%, DRAM at 2.5 TB/s (ncu, docs/perf/notes.md). The
     // grid ends on one pair's longest task, under 1% of a CTA's share of the work at T >= 4096.
-    for (int si : by_len) {
-      const SeqInfo& s = pl.seqs[si];
-      for (int h = 0; h < H; ++h)
-        for (int c = s.first + s.count - 1; c >= s.first; --c) pl.bwd_tasks.push_back(c * H + h);
+    //
+    // pair_group > 1 interleaves that many consecutive pairs rank by rank (every pair's last chunk, then every
+    // pair's second-to-last, ...): task c + 1 then starts pair_group list positions before task c, slack against
+    // the ordered turns' waits (v3 measured them at ~30% of the deterministic main kernel), while the resident
+    // CTAs still share a few pairs' data in L2. The order rule above holds inside a group.
+    std::vector<std::pair<int, int>> pairs;  // (sequence, head)
+    for (int si : by_len)
+      for (int h = 0; h < H; ++h) pairs.push_back({si, h});
+    const std::size_t g = static_cast<std::size_t>(std::max(pair_group, 1));
+    for (std::size_t p0 = 0; p0 < pairs.size(); p0 += g) {
+      const std::size_t p1 = std::min(pairs.size(), p0 + g);
+      int ranks = 0;
+      for (std::size_t i = p0; i < p1; ++i) ranks = std::max(ranks, pl.seqs[pairs[i].first].count);
+      for (int r = 0; r < ranks; ++r)
+        for (std::size_t i = p0; i < p1; ++i) {
+          const SeqInfo& s = pl.seqs[pairs[i].first];
+          if (r < s.count) pl.bwd_tasks.push_back((s.first + s.count - 1 - r) * H + pairs[i].second);
+        }
     }
   }
   return pl;

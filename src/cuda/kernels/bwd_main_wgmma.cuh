@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(128, 2)
       to_a_frags<T, NT>(kc, ka, 1.f);
       wgmma_fence_operand(kc);
       wgmma_fence();
-      mma_mnmajor(kc, ka, tile(6 + b), true);  // K~ <- K~ + K~ E_m  (K~ P_m^T)
+      if (!(p.timing_skip & 4)) mma_mnmajor(kc, ka, tile(6 + b), true);  // K~ <- K~ + K~ E_m  (K~ P_m^T)
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_fence_operand(kc);
@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(128, 2)
         float dq[8][4];
         wgmma_fence_operand(dq);
         wgmma_fence();
-        mma_mnmajor(dq, qa, tile(kt), false);
+        if (!(p.timing_skip & 8)) mma_mnmajor(dq, qa, tile(kt), false);
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_operand(dq);
@@ -294,7 +294,7 @@ __global__ void __launch_bounds__(128, 2)
           if (threadIdx.x < cm.len)
             atomicAdd(p.dgrow + qrow * C + threadIdx.x, (sRow[threadIdx.x] + sRow[C + threadIdx.x]) +
                                                              (sRow[2 * C + threadIdx.x] + sRow[3 * C + threadIdx.x]));
-        atomic_add_acc<8>(dq, p.dqacc + qrow * C * D, D, row0, cm.len);
+        if (!(p.timing_skip & 9)) atomic_add_acc<8>(dq, p.dqacc + qrow * C * D, D, row0, cm.len);
         if constexpr (kDet) pass_turn(p.count_q + qrow);
       }
 
@@ -322,7 +322,7 @@ __global__ void __launch_bounds__(128, 2)
         wgmma_fence_frags(ea);
         int* count = p.count_p + (int64_t)jc * p.H + h;
         if constexpr (kDet) wait_turn(count, jc - 1 - gc);
-        atomic_add_acc<8>(dpj, p.dpacc + ((int64_t)jc * p.H + h) * D * D, D, row0, D);
+        if (!(p.timing_skip & 2)) atomic_add_acc<8>(dpj, p.dpacc + ((int64_t)jc * p.H + h) * D * D, D, row0, D);
         if constexpr (kDet) pass_turn(count);
         wgmma_wait<0>();
         wgmma_fence_operand(e_acc);
