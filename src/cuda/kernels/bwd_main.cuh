@@ -22,7 +22,7 @@
 // phase 1 is one step shorter), so the waits are short.
 #pragma once
 
-#include "cuda/kernels/bwd_tiles.cuh"
+#include "cuda/kernels/bwd_softmax.cuh"
 
 namespace pathattn::cuda {
 
@@ -44,7 +44,6 @@ __global__ void __launch_bounds__(128, D == 64 ? 2 : 1) bwd_main_kernel(const Bw
   constexpr int C = kChunk, LD = S::LD, LDC = S::LDC;
   constexpr int NT = D / 8, KD = D / 16, NC8 = C / 8, KC = C / 16;
   constexpr int NH = D / 64;  // 64-column halves of D-wide products done one at a time (register pressure)
-  constexpr float kLog2e = 1.4426950408889634f;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sKt = reinterpret_cast<T*>(smem_raw);  // [C][LD]  K~_{c,m}
@@ -62,7 +61,7 @@ __global__ void __launch_bounds__(128, D == 64 ? 2 : 1) bwd_main_kernel(const Bw
   float* sDG = sRow + 4 * C;                                // [group][C] gate column sums (kGate)
   __shared__ int s_task;
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t4 = lane % 4;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = warp * 16, r0 = row0 + lane / 4;  // this warp's 16 key rows; this thread's rows r0, r0 + 8
   T* slot = static_cast<T*>(p.slots) + (int64_t)blockIdx.x * p.slot_chunks * C * D;
   const T* khat = static_cast<const T*>(p.ws.khat);
@@ -72,12 +71,9 @@ __global__ void __launch_bounds__(128, D == 64 ? 2 : 1) bwd_main_kernel(const Bw
   const T* dout = static_cast<const T*>(p.dout);
 
   for (;;) {
-    __syncthreads();  // the previous task is done with shared memory and s_task
-    if (threadIdx.x == 0) s_task = atomicAdd(p.next_task, 1);
-    __syncthreads();
-    const int task = s_task;
-    if (task >= p.num_tasks) break;
-    const int gc = p.tasks[task] / p.H, h = p.tasks[task] % p.H;
+    const int task = take_task(p, s_task);
+    if (task < 0) break;
+    const int gc = task / p.H, h = task % p.H;
     const ChunkInfo ci = p.chunks[gc];
     const int last = ci.last;
     const int64_t fac = (int64_t)gc * p.H + h;  // this (chunk, kv head) in the workspace
@@ -176,41 +172,9 @@ __global__ void __launch_bounds__(128, D == 64 ? 2 : 1) bwd_main_kernel(const Bw
         }
         zero(dp);
         gemm_nt<T, NC8, KD, false>(dp, va, sdO, LD);  // (dO V^T)^T = V dO^T
-        float colsum[2] = {0.f, 0.f};  // this thread's key rows: sum over queries of dl
-#pragma unroll
-        for (int nt = 0; nt < NC8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int qc = nt * 8 + 2 * t4 + e % 2;
-            float x = s[nt][e] * p.scale_log2 - sLse2[qc];
-            if constexpr (kGate) x += ((sGq[qc] + gdelta) - sGk[r0 + 8 * (e / 2)]) * kLog2e;
-            const float pr = fast_exp2(x);  // padded query rows: lse2 = +inf, pr = 0
-            const float dl = pr * (dp[nt][e] - sDelta[qc]);
-            s[nt][e] = pr;
-            dp[nt][e] = dl;
-            colsum[e / 2] += dl;
-          }
-        if constexpr (kGate) {
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            float x = colsum[half];
-            x += __shfl_xor_sync(0xffffffffu, x, 1);
-            x += __shfl_xor_sync(0xffffffffu, x, 2);
-            if (t4 == 0) sDG[j * C + r0 + 8 * half] -= x;  // dG_j -= sum_i dl_ij (Eq. 7), rows owned by this thread
-          }
-          // dG_i += sum_j dl_ij for the query chunk's rows: this warp's 16 keys here, the 4 warps summed in a fixed
-          // order below, then added to dgrow across tasks in the dQ^ turn (deterministic).
-#pragma unroll
-          for (int nt = 0; nt < NC8; ++nt)
-#pragma unroll
-            for (int par = 0; par < 2; ++par) {
-              float x = dp[nt][par] + dp[nt][2 + par];
-              x += __shfl_xor_sync(0xffffffffu, x, 4);
-              x += __shfl_xor_sync(0xffffffffu, x, 8);
-              x += __shfl_xor_sync(0xffffffffu, x, 16);
-              if (lane < 4) sRow[warp * C + nt * 8 + 2 * lane + par] = x;
-            }
-        }
+        float colsum[2];  // this thread's key rows: sum over queries of dl
+        softmax_backward<kGate>(s, dp, p.scale_log2, sLse2, sDelta, sGq, sGk, gdelta, r0, colsum);
+        if constexpr (kGate) gate_tile_sums(colsum, dp, sDG + j * C, sRow, r0);
         {
           uint32_t pa[KC][4];
           to_a_frags<T, NC8>(s, pa, 1.f);
@@ -225,10 +189,7 @@ __global__ void __launch_bounds__(128, D == 64 ? 2 : 1) bwd_main_kernel(const Bw
           uint32_t da[KC][4];
           load_a_t<KC>(da, sDS, LDC, row0);
           if constexpr (kDet) wait_turn(p.count_q + qrow, m - 1 - gc);
-          if constexpr (kGate)
-            if (threadIdx.x < cm.len)
-              atomicAdd(p.dgrow + qrow * C + threadIdx.x, (sRow[threadIdx.x] + sRow[C + threadIdx.x]) +
-                                                               (sRow[2 * C + threadIdx.x] + sRow[3 * C + threadIdx.x]));
+          if constexpr (kGate) add_gate_rows(p.dgrow + qrow * C, sRow, cm.len);
           float* dst = p.dqacc + qrow * C * D;
 #pragma unroll
           for (int hh = 0; hh < NH; ++hh) {
@@ -280,13 +241,7 @@ __global__ void __launch_bounds__(128, D == 64 ? 2 : 1) bwd_main_kernel(const Bw
     }
 
     // ---- The task's own gradients (rows of chunk c; all zero when c is its sequence's last chunk).
-    store_acc_f32<NT>(e_acc, p.dkacc + fac * C * D, D, row0);
-    store_acc_f32<NT>(dv_acc, p.dvacc + fac * C * D, D, row0);
-    if constexpr (kGate) {
-      __syncthreads();
-      for (int i = threadIdx.x; i < p.group * C; i += blockDim.x)
-        p.dgacc[((int64_t)gc * p.HQ + h * p.group + i / C) * C + i % C] = sDG[i];
-    }
+    store_task_gradients<kGate>(e_acc, dv_acc, p, fac, gc, h, row0, sDG);
   }
 }
 

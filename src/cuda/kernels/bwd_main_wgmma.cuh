@@ -23,7 +23,7 @@
 // issued at the start of step m. One thread issues every copy; each completes on an mbarrier.
 #pragma once
 
-#include "cuda/kernels/bwd_tiles.cuh"
+#include "cuda/kernels/bwd_softmax.cuh"
 #include "cuda/kernels/tma.cuh"
 #include "cuda/kernels/wgmma.cuh"
 
@@ -56,7 +56,6 @@ __global__ void __launch_bounds__(128, 2)
   using Tag = typename WgmmaTag<T>::type;
   constexpr int D = 64, C = kChunk, LDP = S::LDP;
   constexpr int NT = D / 8, KD = D / 16, NC8 = C / 8, KC = C / 16;
-  constexpr float kLog2e = 1.4426950408889634f;
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw_addr = smem_addr(smem_raw);
@@ -76,7 +75,7 @@ __global__ void __launch_bounds__(128, 2)
   auto bar = [&](int i) { return bar0 + 8 * i; };
   __shared__ int s_task;
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t4 = lane % 4;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = warp * 16, r0 = row0 + lane / 4;  // this warp's 16 key rows; this thread's rows r0, r0 + 8
   T* slot = static_cast<T*>(p.slots) + (int64_t)blockIdx.x * p.slot_chunks * C * D;
   const int slot_row0 = blockIdx.x * p.slot_chunks * C;  // the slot's first row in tm_slot
@@ -124,12 +123,9 @@ __global__ void __launch_bounds__(128, 2)
   __syncthreads();
 
   for (;;) {
-    __syncthreads();  // the previous task is done with shared memory and s_task
-    if (threadIdx.x == 0) s_task = atomicAdd(p.next_task, 1);
-    __syncthreads();
-    const int task = s_task;
-    if (task >= p.num_tasks) break;
-    const int gc = p.tasks[task] / p.H, h = p.tasks[task] % p.H;
+    const int task = take_task(p, s_task);
+    if (task < 0) break;
+    const int gc = task / p.H, h = task % p.H;
     const ChunkInfo ci = p.chunks[gc];
     const int last = ci.last;
     const int64_t fac = (int64_t)gc * p.H + h;  // this (chunk, kv head) in the workspace
@@ -226,22 +222,8 @@ __global__ void __launch_bounds__(128, 2)
         wgmma_fence_operand(s);
         wgmma_fence_operand(dp);
 
-        const float* lse2 = sLse2(st);
-        const float* dlt = sDelta(st);
-        float colsum[2] = {0.f, 0.f};  // this thread's key rows: sum over queries of dl
-#pragma unroll
-        for (int nt = 0; nt < NC8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int qc = nt * 8 + 2 * t4 + e % 2;
-            float x = s[nt][e] * p.scale_log2 - lse2[qc];
-            if constexpr (kGate) x += ((sGq(st)[qc] + gdelta) - sGk(st)[r0 + 8 * (e / 2)]) * kLog2e;
-            const float pr = fast_exp2(x);  // padded query rows: lse2 = +inf, pr = 0
-            const float dl = pr * (dp[nt][e] - dlt[qc]);
-            s[nt][e] = pr;
-            dp[nt][e] = dl;
-            colsum[e / 2] += dl;
-          }
+        float colsum[2];  // this thread's key rows: sum over queries of dl
+        softmax_backward<kGate>(s, dp, p.scale_log2, sLse2(st), sDelta(st), sGq(st), sGk(st), gdelta, r0, colsum);
         // dV_c += P^T dO_m (Eq. 5), E += ds^T Q^_m (Eq. 21): asynchronous while ds^T goes to shared memory.
         uint32_t pa[KC][4], da[KC][4];
         to_a_frags<T, NC8>(s, pa, 1.f);
@@ -253,27 +235,7 @@ __global__ void __launch_bounds__(128, 2)
         mma_mnmajor(e_acc, da, sQ, true);
         wgmma_commit();
         store_acc<T, NC8>(dp, sDS, LDP, row0, p.scale);
-        if constexpr (kGate) {
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            float x = colsum[half];
-            x += __shfl_xor_sync(0xffffffffu, x, 1);
-            x += __shfl_xor_sync(0xffffffffu, x, 2);
-            if (t4 == 0) sDG[j * C + r0 + 8 * half] -= x;  // dG_j -= sum_i dl_ij (Eq. 7), rows owned by this thread
-          }
-          // dG_i += sum_j dl_ij for the query chunk's rows: this warp's 16 keys here, the 4 warps summed in a
-          // fixed order below, then added to dgrow across tasks in the dQ^ turn (deterministic).
-#pragma unroll
-          for (int nt = 0; nt < NC8; ++nt)
-#pragma unroll
-            for (int par = 0; par < 2; ++par) {
-              float x = dp[nt][par] + dp[nt][2 + par];
-              x += __shfl_xor_sync(0xffffffffu, x, 4);
-              x += __shfl_xor_sync(0xffffffffu, x, 8);
-              x += __shfl_xor_sync(0xffffffffu, x, 16);
-              if (lane < 4) sRow[warp * C + nt * 8 + 2 * lane + par] = x;
-            }
-        }
+        if constexpr (kGate) gate_tile_sums(colsum, dp, sDG + j * C, sRow, r0);
         __syncthreads();  // ds^T (and the row sums) complete in shared memory
         // dQ^_m += ds K~_{c,m} (Eq. 21): query rows now, A = ds = (ds^T)^T through ldmatrix.trans.
         uint32_t qa[KC][4];
@@ -290,10 +252,7 @@ __global__ void __launch_bounds__(128, 2)
         wgmma_fence_frags(pa);  // the dV and E products read pa, da until the wait: keep their registers
         wgmma_fence_frags(da);
         if constexpr (kDet) wait_turn(p.count_q + qrow, m - 1 - gc);
-        if constexpr (kGate)
-          if (threadIdx.x < cm.len)
-            atomicAdd(p.dgrow + qrow * C + threadIdx.x, (sRow[threadIdx.x] + sRow[C + threadIdx.x]) +
-                                                             (sRow[2 * C + threadIdx.x] + sRow[3 * C + threadIdx.x]));
+        if constexpr (kGate) add_gate_rows(p.dgrow + qrow * C, sRow, cm.len);
         if (!(p.timing_skip & 9)) atomic_add_acc<8>(dq, p.dqacc + qrow * C * D, D, row0, cm.len);
         if constexpr (kDet) pass_turn(p.count_q + qrow);
       }
@@ -332,13 +291,7 @@ __global__ void __launch_bounds__(128, 2)
     }
 
     // ---- The task's own gradients (rows of chunk c; all zero when c is its sequence's last chunk).
-    store_acc_f32<NT>(e_acc, p.dkacc + fac * C * D, D, row0);
-    store_acc_f32<NT>(dv_acc, p.dvacc + fac * C * D, D, row0);
-    if constexpr (kGate) {
-      __syncthreads();
-      for (int i = threadIdx.x; i < p.group * C; i += blockDim.x)
-        p.dgacc[((int64_t)gc * p.HQ + h * p.group + i / C) * C + i % C] = sDG[i];
-    }
+    store_task_gradients<kGate>(e_acc, dv_acc, p, fac, gc, h, row0, sDG);
   }
 }
 

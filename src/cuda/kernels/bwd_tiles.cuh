@@ -96,6 +96,16 @@ __device__ __forceinline__ void atomic_add_acc(const float (&acc)[NT][4], float*
   }
 }
 
+// A persistent main-kernel CTA's next task (chunk * H + h) in list order (plan.cu), or -1 when the list is done.
+// Starts with a barrier: the CTA's previous task is done with shared memory and s_task (a __shared__ int).
+__device__ __forceinline__ int take_task(const BwdParams& p, int& s_task) {
+  __syncthreads();
+  if (threadIdx.x == 0) s_task = atomicAdd(p.next_task, 1);
+  __syncthreads();
+  const int i = s_task;
+  return i < p.num_tasks ? p.tasks[i] : -1;
+}
+
 __device__ __forceinline__ int load_acquire(const int* p) {
   int v;
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
