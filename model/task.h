@@ -35,6 +35,12 @@ class Task {
   // The evaluation sets of the task, drawn from `seed` (independent of the training stream). The first is
   // the in-distribution set.
   virtual std::vector<EvalSet> eval_sets(int64_t size, uint64_t seed) const = 0;
+  // A language model (every position scored, next-token loss): the trainer also reports perplexity.
+  virtual bool language_model() const { return false; }
+  // What the training stream reads beyond the generator's seed (the lm task: its shards' fingerprints). A
+  // checkpoint records it and a resume on different data is refused. Empty for the synthetic tasks, whose data is
+  // a function of the seed and the task's options.
+  virtual std::string data_state() const { return ""; }
 };
 
 // Turns token sequences [B, T+1] into (input, target) and applies a mask over input positions.
