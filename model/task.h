@@ -25,6 +25,8 @@ struct EvalSet {
   Batch data;
 };
 
+struct TaskConfig;  // below: which task, with its options (what a checkpoint records)
+
 class Task {
  public:
   virtual ~Task() = default;
@@ -35,6 +37,8 @@ class Task {
   // The evaluation sets of the task, drawn from `seed` (independent of the training stream). The first is
   // the in-distribution set.
   virtual std::vector<EvalSet> eval_sets(int64_t size, uint64_t seed) const = 0;
+  // The options this task was made from: make_task(config()) makes the same task (checkpoints record it).
+  virtual TaskConfig config() const = 0;
 };
 
 // Turns token sequences [B, T+1] into (input, target) and applies a mask over input positions.
@@ -88,5 +92,14 @@ namespace mqrar {
 std::vector<int64_t> sequence(const MqrarConfig& cfg, std::mt19937_64& rng);
 }
 std::unique_ptr<Task> make_mqrar(const MqrarConfig& cfg);
+
+// A task by its CLI name (flipflop, a5, mqrar) and the options of each; only those of the named task are used.
+struct TaskConfig {
+  std::string name = "flipflop";
+  FlipFlopConfig flipflop;
+  A5Config a5;
+  MqrarConfig mqrar;
+};
+std::unique_ptr<Task> make_task(const TaskConfig& cfg);
 
 }  // namespace pathattn::model

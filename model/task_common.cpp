@@ -1,3 +1,5 @@
+#include <stdexcept>
+
 #include "task.h"
 
 namespace pathattn::model {
@@ -16,6 +18,13 @@ Batch make_batch(const std::vector<std::vector<int64_t>>& seqs, const std::vecto
     }
   }
   return {input, target, m};
+}
+
+std::unique_ptr<Task> make_task(const TaskConfig& cfg) {
+  if (cfg.name == "flipflop") return make_flipflop(cfg.flipflop);
+  if (cfg.name == "a5") return make_a5(cfg.a5);
+  if (cfg.name == "mqrar") return make_mqrar(cfg.mqrar);
+  throw std::invalid_argument("task: expected flipflop, a5 or mqrar, got '" + cfg.name + "'");
 }
 
 }  // namespace pathattn::model

@@ -8,6 +8,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "checkpoint.h"
+
 namespace pathattn::model {
 
 namespace fs = std::filesystem;
@@ -47,13 +49,6 @@ std::string fmt_seconds(double s) {
 Batch draw_batch(const Task& task, const TrainConfig& cfg, int64_t step) {
   std::mt19937_64 rng(cfg.seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(step) + 1);
   return task.sample(cfg.batch, rng);
-}
-
-void save_checkpoint(Transformer& model, torch::optim::AdamW& opt, const fs::path& dir, int64_t step) {
-  fs::create_directories(dir);
-  torch::save(model, (dir / "model.pt").string());
-  torch::save(opt, (dir / "optim.pt").string());
-  std::ofstream(dir / "step.txt") << step << "\n";
 }
 
 }  // namespace
@@ -122,10 +117,8 @@ TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, 
   const fs::path ckpt = out / "ckpt";
   int64_t step = 0;
   if (!cfg.out_dir.empty()) fs::create_directories(out);
-  if (cfg.resume && !cfg.out_dir.empty() && fs::exists(ckpt / "step.txt")) {
-    torch::load(model, (ckpt / "model.pt").string(), cfg.device);
-    torch::load(opt, (ckpt / "optim.pt").string(), cfg.device);
-    std::ifstream(ckpt / "step.txt") >> step;
+  if (cfg.resume && !cfg.out_dir.empty() && checkpoint_exists(ckpt.string())) {
+    step = load_training_state(model, opt, ckpt.string(), cfg.device);
     std::cout << "[" << run_label << "] resumed from " << ckpt.string() << " at step " << step << std::endl;
   }
 
@@ -190,11 +183,11 @@ TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, 
                     100 * ev.error[eval_sets[0].name], 100 * cfg.stop_error, (long)step);
       }
       if (!cfg.out_dir.empty() && (last || stop || (cfg.ckpt_every > 0 && step % cfg.ckpt_every == 0))) {
-        save_checkpoint(model, opt, ckpt, step);
+        save_checkpoint(model, task, opt, ckpt.string(), step);
       }
       if (stop) break;
     } else if (!cfg.out_dir.empty() && cfg.ckpt_every > 0 && step % cfg.ckpt_every == 0) {
-      save_checkpoint(model, opt, ckpt, step);
+      save_checkpoint(model, task, opt, ckpt.string(), step);
     }
   }
   res.steps_done = step;

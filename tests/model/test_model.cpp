@@ -134,26 +134,7 @@ TEST(Model, KVCacheDecodingThroughTheOpInF32) {
   }
 }
 
-TEST(Model, GreedyGenerationMatchesRepeatedFullForward) {
-  for (auto m : {Mechanism::path, Mechanism::rope}) {
-    torch::manual_seed(3);
-    auto cfg = tiny(m);
-    Transformer model(cfg);
-    auto prompt = torch::randint(0, cfg.vocab, {2, 12}, torch::kLong);
-    auto gen = generate(model, prompt, 8);
-    ASSERT_EQ(gen.sizes(), (std::vector<int64_t>{2, 20}));
-    torch::NoGradGuard ng;
-    auto seq = prompt;
-    for (int i = 0; i < 8; ++i) {
-      auto next = model->forward(seq).select(1, -1).argmax(-1, true);
-      seq = torch::cat({seq, next}, 1);
-    }
-    EXPECT_TRUE(torch::equal(gen, seq)) << label(m);
-    auto sampled = generate(model, prompt, 8, 1.0, 42);
-    EXPECT_TRUE(torch::equal(sampled, generate(model, prompt, 8, 1.0, 42))) << "sampling must follow the seed";
-    EXPECT_TRUE((sampled >= 0).all().item<bool>() && (sampled < cfg.vocab).all().item<bool>());
-  }
-}
+// Generation (greedy against full forwards, sampling, checkpoints through the loader): test_model_generate.cpp.
 
 TEST(Model, SaveLoadGivesIdenticalLogits) {
   auto dir = temp_dir("saveload");
