@@ -15,9 +15,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
+constexpr const char* kModel = "model.pt";
+constexpr const char* kOptim = "optim.pt";
+constexpr const char* kStep = "step.txt";
+constexpr const char* kConfig = "config.txt";
+constexpr const char* kData = "data.txt";
+
+[[noreturn]] void fail(const std::string& what) { throw std::invalid_argument("checkpoint: " + what); }
+
 std::string read_text(const fs::path& p) {
   std::ifstream f(p);
-  if (!f) throw std::runtime_error("checkpoint: cannot read " + p.string());
+  if (!f) fail("cannot read '" + p.string() + "'");
   std::ostringstream s;
   s << f.rdbuf();
   return s.str();
@@ -29,12 +37,24 @@ void write_text(const fs::path& p, const std::string& text) {
   if (!f) throw std::runtime_error("checkpoint: cannot write " + p.string());
 }
 
-// The folder holding the checkpoint: `dir`, or `dir`.old when a save was interrupted between its two renames.
-fs::path resolve(const std::string& dir) {
-  if (fs::exists(fs::path(dir) / "step.txt")) return dir;
-  const fs::path old = dir + ".old";
-  if (fs::exists(old / "step.txt")) return old;
-  return dir;
+void require(const fs::path& p, const std::string& why) {
+  if (fs::exists(p)) return;
+  std::string what = "'";  // appended piece by piece: GCC 12 warns (-Wrestrict, falsely) on "'" + s + ...
+  what += p.string();
+  what += "' not found";
+  what += why;
+  fail(what);
+}
+
+// The folder holding the checkpoint that `path` names (checkpoint.h), or an empty path when there is none.
+fs::path find_checkpoint(const std::string& path) {
+  if (path.empty()) return {};
+  fs::path p = path;
+  if (!p.has_filename()) p = p.parent_path();  // "run/ckpt/"
+  for (const fs::path& d : {p, p / "ckpt"})
+    for (const fs::path& c : {d, fs::path(d.string() + ".old")})
+      if (fs::exists(c / kStep)) return c;
+  return {};
 }
 
 // Parameters and buffers by name (the state that torch::save writes).
@@ -47,66 +67,95 @@ std::map<std::string, torch::Tensor> state_of(Transformer& m) {
 
 }  // namespace
 
-bool has_checkpoint(const std::string& dir) { return fs::exists(resolve(dir) / "step.txt"); }
+bool has_checkpoint(const std::string& path) { return !find_checkpoint(path).empty(); }
+
+std::string checkpoint_dir(const std::string& path) {
+  if (path.empty()) fail("expected a checkpoint folder (or a run folder holding ckpt/), got an empty path");
+  const fs::path d = find_checkpoint(path);  // also where only <path>.old is left
+  if (d.empty()) {
+    if (!fs::is_directory(path)) fail("'" + path + "' is not a directory");
+    fail("no checkpoint in '" + path + "': '" + (fs::path(path) / kStep).string() + "' not found, nor ckpt/" + kStep +
+         " (a checkpoint folder holds " + kModel + ", " + kOptim + ", " + kStep + ", " + kConfig + " and " + kData +
+         ", written by pathattn_train)");
+  }
+  return d.string();
+}
 
 void save_checkpoint(Transformer& model, torch::optim::AdamW& opt, const std::string& dir, const TrainerState& state,
-                     const std::string& data_state) {
+                     const TaskConfig& task, const std::string& data_state) {
   const fs::path tmp = dir + ".tmp", old = dir + ".old";
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  torch::save(model, (tmp / "model.pt").string());
-  torch::save(opt, (tmp / "optim.pt").string());
-  write_text(tmp / "config.txt", config_to_text(model->config()));
-  write_text(tmp / "data.txt", data_state);
+  torch::save(model, (tmp / kModel).string());
+  torch::save(opt, (tmp / kOptim).string());
+  write_text(tmp / kConfig, config_to_text(model->config(), task));
+  write_text(tmp / kData, data_state);
   // %.17g: doubles round-trip exactly, so the resumed run's next train_loss equals the uninterrupted run's.
   char counters[128];
   std::snprintf(counters, sizeof counters, "%ld\n%.17g %ld\n%.17g\n", static_cast<long>(state.step), state.loss_sum,
                 static_cast<long>(state.loss_count), state.seconds);
-  write_text(tmp / "step.txt", counters);  // last: a folder with step.txt is complete
+  write_text(tmp / kStep, counters);  // last: a folder with step.txt is complete
   fs::remove_all(old);
   if (fs::exists(dir)) fs::rename(dir, old);
   fs::rename(tmp, dir);
   fs::remove_all(old);
 }
 
-CheckpointInfo read_checkpoint_info(const std::string& dir) {
-  const fs::path d = resolve(dir);
+CheckpointInfo read_checkpoint_info(const std::string& path) {
+  const fs::path d = checkpoint_dir(path);
   CheckpointInfo info;
-  std::istringstream counters(read_text(d / "step.txt"));
-  if (!(counters >> info.state.step)) throw std::runtime_error("checkpoint " + d.string() + ": step.txt has no step");
+  info.dir = d.string();
+  std::istringstream counters(read_text(d / kStep));
+  if (!(counters >> info.state.step)) fail("'" + (d / kStep).string() + "' holds no step");
   // Older checkpoints hold the step alone: the counters then start from zero.
   if (!(counters >> info.state.loss_sum >> info.state.loss_count >> info.state.seconds)) {
     info.state.loss_sum = 0;
     info.state.loss_count = 0;
     info.state.seconds = 0;
   }
-  if (!fs::exists(d / "config.txt"))
-    throw std::runtime_error("checkpoint " + d.string() + ": no config.txt (written by an older trainer?)");
-  info.config = config_from_text(read_text(d / "config.txt"));
-  if (fs::exists(d / "data.txt")) info.data_state = read_text(d / "data.txt");
+  require(d / kConfig, " (checkpoints written before config.txt held the task cannot be rebuilt: retrain)");
+  const auto rc = config_from_text(read_text(d / kConfig), (d / kConfig).string());
+  info.config = rc.model;
+  info.task = rc.task;
+  if (fs::exists(d / kData)) info.data_state = read_text(d / kData);
   return info;
 }
 
-void load_checkpoint(Transformer& model, torch::optim::AdamW& opt, const std::string& dir, torch::Device dev) {
-  const fs::path d = resolve(dir);
-  const auto info = read_checkpoint_info(dir);
+void load_training_state(Transformer& model, torch::optim::AdamW& opt, const CheckpointInfo& info,
+                         torch::Device dev) {
   const std::string diff = config_diff(info.config, model->config());
-  if (!diff.empty()) throw std::runtime_error("checkpoint " + d.string() + " holds another model (" + diff + ")");
-  torch::load(model, (d / "model.pt").string(), dev);
-  torch::load(opt, (d / "optim.pt").string(), dev);
+  if (!diff.empty()) throw std::runtime_error("checkpoint " + info.dir + " holds another model (" + diff + ")");
+  const fs::path d = info.dir;
+  for (const char* f : {kModel, kOptim}) require(d / f, "");
+  torch::load(model, (d / kModel).string(), dev);
+  torch::load(opt, (d / kOptim).string(), dev);
 }
 
-Transformer load_model(const std::string& dir, torch::Device dev) {
-  const auto info = read_checkpoint_info(dir);
-  Transformer m(info.config);
-  torch::load(m, (resolve(dir) / "model.pt").string(), dev);
-  m->to(dev);
-  return m;
+LoadedCheckpoint load_checkpoint(const std::string& path, torch::Device dev) {
+  LoadedCheckpoint r;
+  r.info = read_checkpoint_info(path);
+  const fs::path cfg = fs::path(r.info.dir) / kConfig, weights = fs::path(r.info.dir) / kModel;
+  try {
+    r.info.config.validate();
+  } catch (const std::invalid_argument& e) {
+    fail(cfg.string() + ": " + e.what());
+  }
+  require(weights, "");
+  r.model = Transformer(r.info.config);
+  try {
+    torch::load(r.model, weights.string(), dev);
+  } catch (const c10::Error& e) {
+    fail("'" + weights.string() + "' does not load into the model of " + kConfig + ": " + e.what_without_backtrace());
+  }
+  r.model->to(dev);
+  r.model->eval();
+  return r;
 }
 
-InitReport init_from_checkpoint(Transformer& model, const std::string& dir) {
-  if (!has_checkpoint(dir)) throw std::runtime_error("--init-from: no checkpoint in " + dir + " (expected step.txt)");
-  auto src = load_model(dir, torch::kCPU);
+InitReport init_from_checkpoint(Transformer& model, const std::string& path) {
+  if (!has_checkpoint(path))
+    throw std::invalid_argument("--init-from: no checkpoint in " + path + " (expected step.txt, or ckpt/step.txt)");
+  auto src = load_checkpoint(path, torch::kCPU).model;
   auto from = state_of(src), to = state_of(model);
   InitReport r;
   torch::NoGradGuard ng;
@@ -118,7 +167,7 @@ InitReport init_from_checkpoint(Transformer& model, const std::string& dir) {
     }
     if (it->second.sizes() != t.sizes()) {
       std::ostringstream s;
-      s << "--init-from " << dir << ": " << name << " has shape " << it->second.sizes() << " there, " << t.sizes()
+      s << "--init-from " << path << ": " << name << " has shape " << it->second.sizes() << " there, " << t.sizes()
         << " here";
       throw std::runtime_error(s.str());
     }

@@ -1,122 +1,166 @@
 #include "config_io.h"
 
-#include <map>
+#include <algorithm>
+#include <set>
 #include <sstream>
 #include <stdexcept>
-#include <vector>
+#include <variant>
 
 namespace pathattn::model {
 
 namespace {
 
-// Every field of ModelConfig, in one place (keep it in step with config.h: a field missing here would not be saved,
-// and a checkpoint would rebuild the model with its default).
-std::vector<std::pair<std::string, std::string>> fields(const ModelConfig& c) {
-  auto num = [](double x) {
-    std::ostringstream s;
-    s.precision(17);
-    s << x;
-    return s.str();
+// The fields of config.txt and the variables behind them: the one list that the writer, the reader and config_diff
+// use, so they cannot drift apart. Keep it in step with config.h and task.h: a field missing here would not be
+// saved, and a checkpoint would rebuild the model or task with its default.
+using Slot = std::variant<int64_t*, double*, bool*, std::string*, Mechanism*, GateScale*>;
+using Fields = std::vector<std::pair<std::string, Slot>>;
+
+Fields model_fields(ModelConfig& c) {
+  return {{"vocab", &c.vocab},           {"n_layer", &c.n_layer},         {"d_model", &c.d_model},
+          {"n_head", &c.n_head},         {"n_kv_head", &c.n_kv_head},     {"mlp_hidden", &c.mlp_hidden},
+          {"mechanism", &c.mechanism},   {"qk_norm", &c.qk_norm},         {"beta_max", &c.beta_max},
+          {"w_rank", &c.w_rank},         {"low_rank_w", &c.low_rank_w},   {"w_shortconv", &c.w_shortconv},
+          {"conv_size", &c.conv_size},   {"gate_scale", &c.gate_scale},   {"rope_base", &c.rope_base}};
+}
+
+// The options of the task t.name, keyed <task>.<option>; throws for an unknown task name. (FlipFlopConfig's
+// evaluation mixtures are not options of the command line and not recorded: a rebuilt task has the defaults.)
+Fields task_fields(TaskConfig& t) {
+  if (t.name == "flipflop") return {{"flipflop.pairs", &t.flipflop.pairs}, {"flipflop.p_ignore", &t.flipflop.p_ignore}};
+  if (t.name == "a5") return {{"a5.length", &t.a5.length}};
+  if (t.name == "mqrar")
+    return {{"mqrar.n_back", &t.mqrar.n_back}, {"mqrar.length", &t.mqrar.length}, {"mqrar.keys", &t.mqrar.keys},
+            {"mqrar.values", &t.mqrar.values}, {"mqrar.p_query", &t.mqrar.p_query}};
+  if (t.name == "lm")
+    return {{"lm.data_dir", &t.lm.data_dir}, {"lm.seq_len", &t.lm.seq_len}, {"lm.train_shards", &t.lm.train_shards}};
+  throw std::invalid_argument("task: expected flipflop, a5, mqrar or lm, got '" + t.name + "'");
+}
+
+std::string to_text(const Slot& s) {
+  if (auto* i = std::get_if<int64_t*>(&s)) return std::to_string(**i);
+  if (auto* d = std::get_if<double*>(&s)) {
+    std::ostringstream o;
+    o.precision(17);
+    o << **d;
+    return o.str();
+  }
+  if (auto* b = std::get_if<bool*>(&s)) return **b ? "1" : "0";
+  if (auto* m = std::get_if<Mechanism*>(&s)) return mechanism_name(**m);
+  if (auto* g = std::get_if<GateScale*>(&s)) return gate_scale_name(**g);
+  return *std::get<std::string*>(s);
+}
+
+// Parses value into the slot; throws std::invalid_argument naming the key and what it expected.
+void from_text(const Slot& s, const std::string& key, const std::string& v) {
+  auto whole = [&](auto parse, const char* what) {
+    size_t used = 0;
+    decltype(parse(v, &used)) x{};
+    try {
+      x = parse(v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (v.empty() || used != v.size()) throw std::invalid_argument(key + " expected " + what + ", got '" + v + "'");
+    return x;
   };
-  return {{"vocab", std::to_string(c.vocab)},
-          {"n_layer", std::to_string(c.n_layer)},
-          {"d_model", std::to_string(c.d_model)},
-          {"n_head", std::to_string(c.n_head)},
-          {"n_kv_head", std::to_string(c.n_kv_head)},
-          {"mlp_hidden", std::to_string(c.mlp_hidden)},
-          {"mechanism", mechanism_name(c.mechanism)},
-          {"qk_norm", c.qk_norm ? "1" : "0"},
-          {"beta_max", num(c.beta_max)},
-          {"w_rank", std::to_string(c.w_rank)},
-          {"low_rank_w", c.low_rank_w ? "1" : "0"},
-          {"w_shortconv", c.w_shortconv ? "1" : "0"},
-          {"conv_size", std::to_string(c.conv_size)},
-          {"gate_scale", gate_scale_name(c.gate_scale)},
-          {"rope_base", num(c.rope_base)}};
+  if (auto* i = std::get_if<int64_t*>(&s)) {
+    **i = whole([](const std::string& t, size_t* u) { return static_cast<int64_t>(std::stoll(t, u)); }, "an integer");
+  } else if (auto* d = std::get_if<double*>(&s)) {
+    **d = whole([](const std::string& t, size_t* u) { return std::stod(t, u); }, "a number");
+  } else if (auto* b = std::get_if<bool*>(&s)) {
+    if (v != "0" && v != "1") throw std::invalid_argument(key + " expected 0 or 1, got '" + v + "'");
+    **b = v == "1";
+  } else if (auto* m = std::get_if<Mechanism*>(&s)) {
+    **m = parse_mechanism(v);  // its message names the key and the choices
+  } else if (auto* g = std::get_if<GateScale*>(&s)) {
+    **g = parse_gate_scale(v);
+  } else {
+    *std::get<std::string*>(s) = v;
+  }
 }
 
 }  // namespace
 
-std::string config_to_text(const ModelConfig& c) {
-  std::string out;
-  for (const auto& [k, v] : fields(c)) out += k + "=" + v + "\n";
+std::vector<KeyValue> parse_key_values(const std::string& text, const std::string& source) {
+  std::vector<KeyValue> out;
+  std::set<std::string> seen;
+  std::istringstream in(text);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.empty()) continue;
+    const std::string where = source + " line " + std::to_string(n) + ": ";
+    const auto eq = line.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw std::invalid_argument(where + "expected key=value, got '" + line + "'");
+    KeyValue kv{line.substr(0, eq), line.substr(eq + 1), n};
+    if (!seen.insert(kv.key).second) throw std::invalid_argument(where + "key '" + kv.key + "' given twice");
+    out.push_back(std::move(kv));
+  }
   return out;
 }
 
-ModelConfig config_from_text(const std::string& text) {
-  std::map<std::string, std::string> kv;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    const auto eq = line.find('=');
-    if (eq == std::string::npos) throw std::invalid_argument("model config: expected key=value, got '" + line + "'");
-    kv[line.substr(0, eq)] = line.substr(eq + 1);
+std::string key_value(const std::vector<KeyValue>& kv, const std::string& key, const std::string& source) {
+  for (const auto& e : kv)
+    if (e.key == key) return e.value;
+  throw std::invalid_argument(source + ": missing key '" + key + "'");
+}
+
+std::string config_to_text(const ModelConfig& model, const TaskConfig& task) {
+  ModelConfig m = model;  // the field lists take non-const pointers
+  TaskConfig t = task;
+  std::string out;
+  for (const auto& [k, slot] : model_fields(m)) out += k + "=" + to_text(slot) + "\n";
+  out += "task=" + t.name + "\n";
+  for (const auto& [k, slot] : task_fields(t)) {
+    const std::string v = to_text(slot);
+    if (v.find_first_of("\r\n") != std::string::npos)
+      throw std::invalid_argument("config: " + k + " holds a line break, which config.txt cannot record");
+    out += k + "=" + v + "\n";
   }
-  auto take = [&](const std::string& k) {
-    auto it = kv.find(k);
-    if (it == kv.end()) throw std::invalid_argument("model config: missing key '" + k + "'");
-    std::string v = it->second;
-    kv.erase(it);
-    return v;
-  };
-  auto integer = [&](const std::string& k) {
-    const std::string v = take(k);
-    size_t used = 0;
-    int64_t x = 0;
+  return out;
+}
+
+RunConfig config_from_text(const std::string& text, const std::string& source) {
+  const auto kv = parse_key_values(text, source);
+  auto where = [&](const KeyValue& e) { return source + " line " + std::to_string(e.line) + ": "; };
+  RunConfig c;
+  Fields fields = model_fields(c.model);
+  // The task's name first: it decides which task options belong.
+  auto task = std::find_if(kv.begin(), kv.end(), [](const KeyValue& e) { return e.key == "task"; });
+  if (task != kv.end()) {
+    c.task.name = task->value;
     try {
-      x = std::stoll(v, &used);
-    } catch (const std::exception&) {
-      used = 0;
+      for (auto& f : task_fields(c.task)) fields.push_back(f);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(where(*task) + e.what());
     }
-    if (used != v.size() || v.empty())
-      throw std::invalid_argument("model config: " + k + " expected an integer, got '" + v + "'");
-    return x;
-  };
-  auto real = [&](const std::string& k) {
-    const std::string v = take(k);
-    size_t used = 0;
-    double x = 0;
+  }
+  std::set<std::string> given;
+  for (const auto& e : kv) {
+    if (e.key == "task") continue;
+    auto f = std::find_if(fields.begin(), fields.end(), [&](const auto& x) { return x.first == e.key; });
+    if (f == fields.end()) throw std::invalid_argument(where(e) + "unknown key '" + e.key + "'");
     try {
-      x = std::stod(v, &used);
-    } catch (const std::exception&) {
-      used = 0;
+      from_text(f->second, e.key, e.value);
+    } catch (const std::invalid_argument& err) {
+      throw std::invalid_argument(where(e) + err.what());
     }
-    if (used != v.size() || v.empty())
-      throw std::invalid_argument("model config: " + k + " expected a number, got '" + v + "'");
-    return x;
-  };
-  auto flag = [&](const std::string& k) {
-    const std::string v = take(k);
-    if (v != "0" && v != "1") throw std::invalid_argument("model config: " + k + " expected 0 or 1, got '" + v + "'");
-    return v == "1";
-  };
-  ModelConfig c;
-  c.vocab = integer("vocab");
-  c.n_layer = integer("n_layer");
-  c.d_model = integer("d_model");
-  c.n_head = integer("n_head");
-  c.n_kv_head = integer("n_kv_head");
-  c.mlp_hidden = integer("mlp_hidden");
-  c.mechanism = parse_mechanism(take("mechanism"));
-  c.qk_norm = flag("qk_norm");
-  c.beta_max = real("beta_max");
-  c.w_rank = integer("w_rank");
-  c.low_rank_w = flag("low_rank_w");
-  c.w_shortconv = flag("w_shortconv");
-  c.conv_size = integer("conv_size");
-  c.gate_scale = parse_gate_scale(take("gate_scale"));
-  c.rope_base = real("rope_base");
-  if (!kv.empty()) throw std::invalid_argument("model config: unknown key '" + kv.begin()->first + "'");
+    given.insert(e.key);
+  }
+  for (const auto& f : fields)  // the model's keys, then the task's options
+    if (!given.count(f.first)) throw std::invalid_argument(source + ": missing key '" + f.first + "'");
+  if (task == kv.end()) throw std::invalid_argument(source + ": missing key 'task'");
   return c;
 }
 
 std::string config_diff(const ModelConfig& a, const ModelConfig& b) {
-  const auto fa = fields(a), fb = fields(b);
+  ModelConfig ca = a, cb = b;
+  const auto fa = model_fields(ca), fb = model_fields(cb);
   std::string out;
   for (size_t i = 0; i < fa.size(); ++i) {
-    if (fa[i].second != fb[i].second)
-      out += (out.empty() ? "" : ", ") + fa[i].first + ": " + fa[i].second + " vs " + fb[i].second;
+    const std::string va = to_text(fa[i].second), vb = to_text(fb[i].second);
+    if (va != vb) out += (out.empty() ? "" : ", ") + fa[i].first + ": " + va + " vs " + vb;
   }
   return out;
 }

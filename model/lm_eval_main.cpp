@@ -15,32 +15,13 @@
 #include <thread>
 
 #include "checkpoint.h"
+#include "cli.h"
+#include "config_io.h"
 #include "lm_eval.h"
 #include "task_lm.h"
 #include "trainer.h"
 
 using namespace pathattn::model;
-
-namespace {
-
-// A key=value line of the checkpoint's data.txt (checkpoint.h), or "" when absent.
-std::string data_value(const std::string& data_state, const std::string& key) {
-  std::istringstream in(data_state);
-  std::string line;
-  while (std::getline(in, line))
-    if (line.compare(0, key.size() + 1, key + "=") == 0) return line.substr(key.size() + 1);
-  return "";
-}
-
-std::string json_num(double x) {
-  if (!std::isfinite(x)) return "null";
-  std::ostringstream s;
-  s.precision(8);
-  s << x;
-  return s.str();
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Evaluate a pathattn_train language model: validation loss at the training length, loss by position"};
@@ -48,7 +29,7 @@ int main(int argc, char** argv) {
   int64_t seq_len = 0, length = 0, windows = 16, batch = 1, bucket = 0, valid_windows = -1, eval_batch = 16;
   int threads = 0;
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--ckpt", ckpt, "checkpoint folder (<run>/ckpt)")->required();
+  app.add_option("--ckpt", ckpt, "checkpoint folder (<run>/ckpt, or the run folder <run>)")->required();
   app.add_option("--data", data, "shard folder (tools/lm_data.py)")->required();
   app.add_option("--out", out, "output folder: extrap.csv, eval.json")->required();
   app.add_option("--split", split, "split of the long windows (test | valid | train)")->capture_default_str();
@@ -67,24 +48,21 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    at::set_num_threads(threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()));
-    torch::Device dev = torch::kCPU;
-    if (device == "cuda") {
-      if (!torch::cuda::is_available()) throw std::invalid_argument("--device cuda: no CUDA device available");
-      dev = torch::kCUDA;
-    } else if (device != "cpu") {
-      throw std::invalid_argument("--device: expected cpu or cuda, got '" + device + "'");
-    }
+    set_threads(threads);
+    const torch::Device dev = parse_device(device);
     const Precision prec = parse_precision(precision, dev);
-    const auto info = read_checkpoint_info(ckpt);
-    if (data_value(info.data_state, "task") != "lm")
-      throw std::invalid_argument("--ckpt " + ckpt + ": not a language-model run (data.txt task is '" +
-                                  data_value(info.data_state, "task") + "')");
-    if (seq_len <= 0) seq_len = std::stoll(data_value(info.data_state, "seq_len"));
+    auto ck = load_checkpoint(ckpt, dev);
+    const auto& info = ck.info;
+    auto& model = ck.model;
+    if (info.task.name != "lm")
+      throw std::invalid_argument("--ckpt " + ckpt + ": not a language-model run (its task is " + info.task.name + ")");
+    if (seq_len <= 0) seq_len = info.task.lm.seq_len;
     if (length <= 0) length = 16 * seq_len;
     if (bucket <= 0) bucket = std::max<int64_t>(1, seq_len / 4);
-    if (valid_windows < 0) valid_windows = std::stoll(data_value(info.data_state, "eval_size"));
-    auto model = load_model(ckpt, dev);
+    if (valid_windows < 0) {  // the run's own evaluation set: its size is in data.txt
+      const std::string data_txt = info.dir + "/data.txt";
+      valid_windows = std::stoll(key_value(parse_key_values(info.data_state, data_txt), "eval_size", data_txt));
+    }
     const std::string mech = mechanism_name(model->config().mechanism);
     std::filesystem::create_directories(out);
     std::cout << "[eval/" << mech << "] step " << info.state.step << ", T " << seq_len << ", " << windows

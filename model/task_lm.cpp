@@ -31,6 +31,12 @@ class Lm final : public Task {
   int64_t vocab() const override { return train_.vocab(); }
   int64_t seq_len() const override { return cfg_.seq_len; }
   bool language_model() const override { return true; }
+  TaskConfig config() const override {
+    TaskConfig c;
+    c.name = "lm";
+    c.lm = cfg_;
+    return c;
+  }
   std::string data_state() const override {
     return "lm seq_len=" + std::to_string(cfg_.seq_len) + " train[" + train_.fingerprint() + "] valid[" +
            valid_.fingerprint() + "]";

@@ -15,11 +15,7 @@
 
 namespace pathattn::model {
 
-struct LmConfig {
-  std::string data_dir;      // folder of train-*.tok, valid-*.tok, test-*.tok (tools/lm_data.py)
-  int64_t seq_len = 1024;    // T
-  int64_t train_shards = 0;  // > 0: only the first n train shards (pins a run to that data); 0: all present
-};
+// LmConfig, the task's options: task.h (TaskConfig holds them).
 
 // `count` windows of `len` tokens, evenly spaced over the stream: window i starts at i * (N - len) / (count - 1)
 // (integer arithmetic; one window starts at 0). Overlapping when the stream is short. Throws when N < len.
@@ -29,6 +25,6 @@ Batch even_windows(const lm::TokenStream& stream, int64_t count, int64_t len_plu
 // Not std::uniform_int_distribution: its mapping differs between standard libraries, and the data order must not.
 int64_t window_start(uint64_t r, int64_t stream_size, int64_t seq_len);
 
-std::unique_ptr<Task> make_lm(const LmConfig& cfg);
+std::unique_ptr<Task> make_lm(const LmConfig& cfg);  // make_task(TaskConfig{"lm", ...}) calls it
 
 }  // namespace pathattn::model

@@ -8,38 +8,24 @@
 #include <iostream>
 #include <thread>
 
-#include "task_lm.h"
+#include "cli.h"
+#include "task.h"
 #include "trainer.h"
 
 using namespace pathattn::model;
 
-namespace {
-
-std::string json_num(double x) {
-  if (std::isnan(x)) return "null";
-  std::ostringstream s;
-  s.precision(8);
-  s << x;
-  return s.str();
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   CLI::App app{
       "Train a PaTH / RoPE / FoX transformer on a synthetic task (flip-flop, A5, MQRAR-N) or on tokenised text (lm)"};
-  std::string task_name = "flipflop", mech = "path", device = "cpu";
+  std::string mech = "path", device = "cpu";
   std::string precision = "auto";
   ModelConfig mc;
   TrainConfig tc;
-  FlipFlopConfig ffc;
-  A5Config a5c;
-  MqrarConfig mqc;
-  LmConfig lmc;
+  TaskConfig task_cfg;
   int threads = 0;
   // A repeated option takes its last value, so scripts can pass defaults and let the user override them.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--task", task_name, "flipflop | a5 | mqrar | lm")->capture_default_str();
+  app.add_option("--task", task_cfg.name, "flipflop | a5 | mqrar | lm")->capture_default_str();
   app.add_option("--mechanism", mech, "path | path-fox | rope | fox | nope")->capture_default_str();
   app.add_option("--layers", mc.n_layer, "number of blocks")->capture_default_str();
   app.add_option("--width", mc.d_model, "model width E")->capture_default_str();
@@ -81,38 +67,27 @@ int main(int argc, char** argv) {
   app.add_option("--precision", precision, "auto (bf16 on cuda, f32 on cpu) | f32 | bf16 (autocast over f32 parameters)")
       ->capture_default_str();
   app.add_option("--threads", threads, "CPU threads (0: all hardware threads)")->capture_default_str();
-  app.add_option("--ff-pairs", ffc.pairs, "flip-flop: instruction-bit pairs per sequence")->capture_default_str();
-  app.add_option("--ff-p-ignore", ffc.p_ignore, "flip-flop: training p(ignore)")->capture_default_str();
-  app.add_option("--a5-length", a5c.length, "A5: sequence length")->capture_default_str();
-  app.add_option("--mqrar-n", mqc.n_back, "MQRAR: N of N-back")->capture_default_str();
-  app.add_option("--mqrar-length", mqc.length, "MQRAR: tokens per sequence")->capture_default_str();
-  app.add_option("--mqrar-keys", mqc.keys, "MQRAR: number of keys")->capture_default_str();
-  app.add_option("--mqrar-values", mqc.values, "MQRAR: number of values")->capture_default_str();
-  app.add_option("--mqrar-p-query", mqc.p_query, "MQRAR: probability that a pair is a query")->capture_default_str();
-  app.add_option("--lm-data", lmc.data_dir, "lm: folder of train-*.tok and valid-*.tok shards (tools/lm_data.py)");
-  app.add_option("--lm-seq-len", lmc.seq_len, "lm: training length T (windows of T + 1 tokens)")->capture_default_str();
-  app.add_option("--lm-train-shards", lmc.train_shards, "lm: use only the first n train shards (0: all present)")
+  app.add_option("--ff-pairs", task_cfg.flipflop.pairs, "flip-flop: instruction-bit pairs per sequence")->capture_default_str();
+  app.add_option("--ff-p-ignore", task_cfg.flipflop.p_ignore, "flip-flop: training p(ignore)")->capture_default_str();
+  app.add_option("--a5-length", task_cfg.a5.length, "A5: sequence length")->capture_default_str();
+  app.add_option("--mqrar-n", task_cfg.mqrar.n_back, "MQRAR: N of N-back")->capture_default_str();
+  app.add_option("--mqrar-length", task_cfg.mqrar.length, "MQRAR: tokens per sequence")->capture_default_str();
+  app.add_option("--mqrar-keys", task_cfg.mqrar.keys, "MQRAR: number of keys")->capture_default_str();
+  app.add_option("--mqrar-values", task_cfg.mqrar.values, "MQRAR: number of values")->capture_default_str();
+  app.add_option("--mqrar-p-query", task_cfg.mqrar.p_query, "MQRAR: probability that a pair is a query")->capture_default_str();
+  app.add_option("--lm-data", task_cfg.lm.data_dir, "lm: folder of train-*.tok and valid-*.tok shards (tools/lm_data.py)");
+  app.add_option("--lm-seq-len", task_cfg.lm.seq_len, "lm: training length T (windows of T + 1 tokens)")
+      ->capture_default_str();
+  app.add_option("--lm-train-shards", task_cfg.lm.train_shards, "lm: use only the first n train shards (0: all present)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   try {
-    at::set_num_threads(threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()));
-    if (device == "cuda") {
-      if (!torch::cuda::is_available()) throw std::invalid_argument("--device cuda: no CUDA device available");
-      tc.device = torch::kCUDA;
-    } else if (device != "cpu") {
-      throw std::invalid_argument("--device: expected cpu or cuda, got '" + device + "'");
-    }
+    set_threads(threads);
+    tc.device = parse_device(device);
     tc.precision = parse_precision(precision, tc.device);
     mc.gate_scale = parse_gate_scale(gate_scale);
-    std::unique_ptr<Task> task;
-    if (task_name == "flipflop") task = make_flipflop(ffc);
-    else if (task_name == "a5") task = make_a5(a5c);
-    else if (task_name == "mqrar") task = make_mqrar(mqc);
-    else if (task_name == "lm") {
-      if (lmc.data_dir.empty()) throw std::invalid_argument("--task lm needs --lm-data FOLDER");
-      task = make_lm(lmc);
-    } else throw std::invalid_argument("--task: expected flipflop, a5, mqrar or lm, got '" + task_name + "'");
+    auto task = make_task(task_cfg);
     mc.vocab = task->vocab();
     mc.mechanism = parse_mechanism(mech);
 

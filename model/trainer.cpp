@@ -162,6 +162,7 @@ TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, 
   const fs::path out = cfg.out_dir;
   const std::string ckpt = (out / "ckpt").string();
   const std::string data_state = data_state_text(task, cfg);
+  const TaskConfig task_config = task.config();
   TrainerState st;
   bool resumed = false;
   if (!cfg.out_dir.empty()) fs::create_directories(out);
@@ -171,13 +172,13 @@ TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, 
       std::cout << "[" << run_label << "] warning: " << ckpt << " has no data.txt; the data stream is not checked"
                 << std::endl;
     } else if (info.data_state != data_state) {
-      throw std::runtime_error("--resume: the checkpoint's data stream (" + ckpt + "/data.txt)\n" + info.data_state +
+      throw std::runtime_error("--resume: the checkpoint's data stream (" + info.dir + "/data.txt)\n" + info.data_state +
                                "differs from this run's\n" + data_state);
     }
-    load_checkpoint(model, opt, ckpt, cfg.device);
+    load_training_state(model, opt, info, cfg.device);
     st = info.state;
     resumed = true;
-    std::cout << "[" << run_label << "] resumed from " << ckpt << " at step " << st.step << std::endl;
+    std::cout << "[" << run_label << "] resumed from " << info.dir << " at step " << st.step << std::endl;
   } else if (!cfg.init_from.empty()) {
     const auto report = init_from_checkpoint(model, cfg.init_from);
     const std::string text = format_init_report(report, cfg.init_from);
@@ -268,7 +269,7 @@ TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, 
       std::fflush(stdout);
     }
     if (!cfg.out_dir.empty() && (last || stop || limit || (cfg.ckpt_every > 0 && st.step % cfg.ckpt_every == 0))) {
-      save_checkpoint(model, opt, ckpt, st, data_state);
+      save_checkpoint(model, opt, ckpt, st, task_config, data_state);
     }
     if (stop || limit) {
       res.stopped_early = true;

@@ -11,20 +11,16 @@
 #include "config_io.h"
 #include "lm_eval.h"
 #include "task_lm.h"
+#include "test_util.h"
 #include "tolerances_model.h"
 #include "trainer.h"
 
 using namespace pathattn::model;
+using test_util::error_of;  // any exception's message
+using test_util::temp_dir;
 namespace fs = std::filesystem;
 
 namespace {
-
-fs::path temp_dir(const std::string& name) {
-  auto d = fs::temp_directory_path() / ("pathattn_lm_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
 
 std::vector<uint16_t> tokens(int64_t n, uint32_t vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -42,17 +38,6 @@ std::string bytes_of(const fs::path& p) {
 
 void put_bytes(const fs::path& p, const std::string& b) { std::ofstream(p, std::ios::binary | std::ios::trunc) << b; }
 
-// The message of the exception `f` throws ("" if none).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // A data folder: three train shards (the stream crosses two boundaries) and one valid shard, random tokens.
 constexpr uint32_t kVocab = 40;
 fs::path lm_data(const std::string& name) {
@@ -65,15 +50,7 @@ fs::path lm_data(const std::string& name) {
   return d;
 }
 
-ModelConfig tiny(Mechanism m) {
-  ModelConfig c;
-  c.vocab = kVocab;
-  c.n_layer = 2;
-  c.d_model = 32;
-  c.n_head = 2;
-  c.mechanism = m;
-  return c;
-}
+ModelConfig tiny(Mechanism m) { return test_util::tiny(m, kVocab); }
 
 TrainConfig tiny_train() {
   TrainConfig tc;
@@ -214,6 +191,12 @@ TEST(ModelLmTask, WindowsFollowTheGeneratorAndTheStream) {
   auto task = make_lm(lc);
   EXPECT_EQ(task->vocab(), kVocab);
   EXPECT_TRUE(task->language_model());
+  // The task reports its options (a checkpoint's config.txt records them) and make_task rebuilds it from them.
+  const TaskConfig tc = task->config();
+  EXPECT_EQ(tc.name, "lm");
+  EXPECT_EQ(tc.lm.data_dir, lc.data_dir);
+  EXPECT_EQ(tc.lm.seq_len, 16);
+  EXPECT_EQ(make_task(tc)->data_state(), task->data_state());
   lm::TokenStream train(lm::split_shards(d.string(), "train"));
   std::mt19937_64 a(5), b(5), c(5);
   auto x = task->sample(3, a), y = task->sample(3, b);
@@ -404,15 +387,67 @@ TEST(ModelLmCheckpoint, ConfigRoundTripsAndBadTextIsRefused) {
   c.conv_size = 4;
   c.gate_scale = GateScale::fla;
   c.rope_base = 500000.0;
-  const ModelConfig back = config_from_text(config_to_text(c));
-  EXPECT_EQ(config_diff(c, back), "");
+  // The lm task's options travel with the model (a path with a space and an '=' survives).
+  TaskConfig t;
+  t.name = "lm";
+  t.lm.data_dir = "/data/lm shards/v=2";
+  t.lm.seq_len = 77;
+  t.lm.train_shards = 3;
+  const RunConfig back = config_from_text(config_to_text(c, t));
+  EXPECT_EQ(config_diff(c, back.model), "");
   EXPECT_EQ(config_diff(c, ModelConfig{}).empty(), false);
+  EXPECT_EQ(back.task.name, "lm");
+  EXPECT_EQ(back.task.lm.data_dir, t.lm.data_dir);
+  EXPECT_EQ(back.task.lm.seq_len, 77);
+  EXPECT_EQ(back.task.lm.train_shards, 3);
   EXPECT_NE(error_of([] { config_from_text("vocab=3\n"); }).find("missing key 'n_layer'"), std::string::npos);
-  EXPECT_NE(error_of([&] { config_from_text(config_to_text(c) + "dropout=0.1\n"); }).find("unknown key 'dropout'"),
+  std::string no_task = config_to_text(c, t);
+  no_task.erase(no_task.find("task=lm"));
+  EXPECT_NE(error_of([&] { config_from_text(no_task); }).find("missing key 'task'"), std::string::npos);
+  std::string no_option = config_to_text(c, t);
+  no_option.erase(no_option.find("lm.train_shards"));
+  EXPECT_NE(error_of([&] { config_from_text(no_option); }).find("missing key 'lm.train_shards'"), std::string::npos);
+  EXPECT_NE(error_of([&] { config_from_text(config_to_text(c, t) + "dropout=0.1\n"); }).find("unknown key 'dropout'"),
             std::string::npos);
-  std::string bad = config_to_text(c);
+  EXPECT_NE(error_of([&] { config_from_text(config_to_text(c, t) + "vocab=3\n"); }).find("key 'vocab' given twice"),
+            std::string::npos);
+  std::string bad = config_to_text(c, t);
   bad.replace(bad.find("d_model=32"), 10, "d_model=3x");
   EXPECT_NE(error_of([&] { config_from_text(bad); }).find("d_model expected an integer, got '3x'"), std::string::npos);
+  t.lm.data_dir = "two\nlines";
+  EXPECT_NE(error_of([&] { config_to_text(c, t); }).find("lm.data_dir holds a line break"), std::string::npos);
+}
+
+// A checkpoint is found from the run folder (holding ckpt/) as from the checkpoint folder, and as <dir>.old where
+// a save was interrupted between its two renames; a folder without one is refused naming the file it lacks.
+TEST(ModelLmCheckpoint, FoundFromTheRunFolderAndAfterAnInterruptedSave) {
+  auto run = temp_dir("find");
+  torch::manual_seed(1);
+  Transformer model(tiny(Mechanism::path));
+  torch::optim::AdamW opt(model->parameters());
+  TrainerState st;
+  st.step = 5;
+  save_checkpoint(model, opt, (run / "ckpt").string(), st, TaskConfig{}, "seed=1\n");
+  EXPECT_FALSE(fs::exists(run / "ckpt.tmp"));
+  EXPECT_FALSE(fs::exists(run / "ckpt.old"));
+  for (const auto& p : {run, run / "ckpt"}) {
+    EXPECT_TRUE(has_checkpoint(p.string())) << p;
+    EXPECT_EQ(checkpoint_dir(p.string()), (run / "ckpt").string()) << p;
+  }
+  EXPECT_EQ(read_checkpoint_info(run.string()).state.step, 5);
+  EXPECT_EQ(read_checkpoint_info(run.string()).data_state, "seed=1\n");
+  fs::rename(run / "ckpt", run / "ckpt.old");  // killed between the renames: only the previous checkpoint is left
+  for (const auto& p : {run, run / "ckpt"}) {
+    EXPECT_TRUE(has_checkpoint(p.string())) << p;
+    EXPECT_EQ(read_checkpoint_info(p.string()).dir, (run / "ckpt.old").string()) << p;
+  }
+  fs::remove_all(run / "ckpt.old");
+  EXPECT_FALSE(has_checkpoint(run.string()));
+  const std::string msg = error_of([&] { read_checkpoint_info(run.string()); });
+  EXPECT_NE(msg.find("no checkpoint in '" + run.string() + "': '" + (run / "step.txt").string() + "' not found"),
+            std::string::npos)
+      << msg;
+  fs::remove_all(run);
 }
 
 // The paper's conversion: a PaTH (or PaTH-FoX) model from a RoPE checkpoint. Every RoPE tensor is copied; the new
@@ -424,7 +459,7 @@ TEST(ModelLmCheckpoint, InitFromRopeCopiesSharedTensorsAndReportsNewOnes) {
   torch::manual_seed(1);
   Transformer rope(tiny(Mechanism::rope));
   torch::optim::AdamW opt(rope->parameters());
-  save_checkpoint(rope, opt, (dir / "rope").string(), TrainerState{}, "");
+  save_checkpoint(rope, opt, (dir / "rope").string(), TrainerState{}, TaskConfig{}, "");
   std::map<std::string, torch::Tensor> src;
   for (const auto& p : rope->named_parameters()) src[p.key()] = p.value();
 
@@ -458,7 +493,7 @@ TEST(ModelLmCheckpoint, InitFromRopeCopiesSharedTensorsAndReportsNewOnes) {
   }
   torch::manual_seed(3);
   Transformer fox(tiny(Mechanism::fox));
-  save_checkpoint(fox, opt, (dir / "fox").string(), TrainerState{}, "");
+  save_checkpoint(fox, opt, (dir / "fox").string(), TrainerState{}, TaskConfig{}, "");
   Transformer path(tiny(Mechanism::path));
   const auto r = init_from_checkpoint(path, (dir / "fox").string());
   EXPECT_EQ(r.dropped, (std::vector<std::string>{"block0.attn.g_proj.bias", "block0.attn.g_proj.weight",

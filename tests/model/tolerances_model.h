@@ -37,4 +37,10 @@ constexpr double kAccumVsBatch = 1e-5;
 // operation over a 2-layer forward); a wrong position or window is off by O(1).
 constexpr double kLossByPosition = 1e-5;
 
+// Sampling frequencies over kSampleDraws draws against the filtered distribution: a binomial frequency has a standard
+// deviation of at most sqrt(0.25 / 4000) ~ 0.008, so 0.04 is 5 of them (a false failure about once in 10^6 runs),
+// while a wrong filter or temperature moves a frequency by 0.1 or more in the tests' examples.
+constexpr int kSampleDraws = 4000;
+constexpr double kSampleFreq = 0.04;
+
 }  // namespace pathattn::model::test_tol
