@@ -45,6 +45,7 @@ inline GateScale parse_gate_scale(const std::string& s) {
   throw std::invalid_argument("gate_scale: expected none or fla, got '" + s + "'");
 }
 
+// Checkpoints record every field (config.txt): a new field goes into model/config_io.cpp's field list too.
 struct ModelConfig {
   int64_t vocab = 0;
   int64_t n_layer = 1;

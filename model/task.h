@@ -1,4 +1,5 @@
-// Synthetic tasks: a generator of training batches, fixed evaluation sets, and which positions count.
+// Tasks (the synthetic ones here; language modelling in task_lm.h): a generator of training batches, fixed
+// evaluation sets, and which positions count.
 // Every task scores exactly: a position counts when mask is set, and it is wrong when the argmax of the
 // logits differs from the target (an error rate, or 1 - accuracy).
 #pragma once
@@ -25,6 +26,8 @@ struct EvalSet {
   Batch data;
 };
 
+struct TaskConfig;  // below: which task, with its options (what a checkpoint records)
+
 class Task {
  public:
   virtual ~Task() = default;
@@ -35,6 +38,14 @@ class Task {
   // The evaluation sets of the task, drawn from `seed` (independent of the training stream). The first is
   // the in-distribution set.
   virtual std::vector<EvalSet> eval_sets(int64_t size, uint64_t seed) const = 0;
+  // A language model (every position scored, next-token loss): the trainer also reports perplexity.
+  virtual bool language_model() const { return false; }
+  // What the training stream reads beyond the generator's seed (the lm task: its shards' fingerprints). A
+  // checkpoint records it and a resume on different data is refused. Empty for the synthetic tasks, whose data is
+  // a function of the seed and the task's options.
+  virtual std::string data_state() const { return ""; }
+  // The options this task was made from: make_task(config()) makes the same task (checkpoints record it).
+  virtual TaskConfig config() const = 0;
 };
 
 // Turns token sequences [B, T+1] into (input, target) and applies a mask over input positions.
@@ -88,5 +99,23 @@ namespace mqrar {
 std::vector<int64_t> sequence(const MqrarConfig& cfg, std::mt19937_64& rng);
 }
 std::unique_ptr<Task> make_mqrar(const MqrarConfig& cfg);
+
+// ---- language modelling on pre-tokenised shards: task_lm.h ----
+struct LmConfig {
+  std::string data_dir;      // folder of train-*.tok, valid-*.tok, test-*.tok (tools/lm_data.py)
+  int64_t seq_len = 1024;    // T
+  int64_t train_shards = 0;  // > 0: only the first n train shards (pins a run to that data); 0: all present
+};
+
+// A task by its CLI name (flipflop, a5, mqrar, lm) and the options of each; only those of the named task are used.
+// A checkpoint's config.txt records it (config_io.h), so that make_task rebuilds the task of a trained model.
+struct TaskConfig {
+  std::string name = "flipflop";
+  FlipFlopConfig flipflop;
+  A5Config a5;
+  MqrarConfig mqrar;
+  LmConfig lm;
+};
+std::unique_ptr<Task> make_task(const TaskConfig& cfg);
 
 }  // namespace pathattn::model

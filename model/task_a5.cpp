@@ -69,6 +69,12 @@ class A5 final : public Task {
     std::mt19937_64 rng(seed * 1000003ULL);
     return {{"in_dist", sample(size, rng)}};
   }
+  TaskConfig config() const override {
+    TaskConfig c;
+    c.name = "a5";
+    c.a5 = cfg_;
+    return c;
+  }
 
  private:
   A5Config cfg_;

@@ -1,4 +1,7 @@
+#include <stdexcept>
+
 #include "task.h"
+#include "task_lm.h"
 
 namespace pathattn::model {
 
@@ -16,6 +19,17 @@ Batch make_batch(const std::vector<std::vector<int64_t>>& seqs, const std::vecto
     }
   }
   return {input, target, m};
+}
+
+std::unique_ptr<Task> make_task(const TaskConfig& cfg) {
+  if (cfg.name == "flipflop") return make_flipflop(cfg.flipflop);
+  if (cfg.name == "a5") return make_a5(cfg.a5);
+  if (cfg.name == "mqrar") return make_mqrar(cfg.mqrar);
+  if (cfg.name == "lm") {
+    if (cfg.lm.data_dir.empty()) throw std::invalid_argument("--task lm needs --lm-data FOLDER");
+    return make_lm(cfg.lm);
+  }
+  throw std::invalid_argument("task: expected flipflop, a5, mqrar or lm, got '" + cfg.name + "'");
 }
 
 }  // namespace pathattn::model

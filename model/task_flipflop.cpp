@@ -51,6 +51,12 @@ class FlipFlop final : public Task {
     }
     return sets;
   }
+  TaskConfig config() const override {
+    TaskConfig c;
+    c.name = "flipflop";
+    c.flipflop = cfg_;
+    return c;
+  }
 
  private:
   Batch draw(int64_t batch, double p_ignore, std::mt19937_64& rng) const {

@@ -61,6 +61,12 @@ class Mqrar final : public Task {
     std::mt19937_64 rng(seed * 1000003ULL);
     return {{"in_dist", sample(size, rng)}};
   }
+  TaskConfig config() const override {
+    TaskConfig c;
+    c.name = "mqrar";
+    c.mqrar = cfg_;
+    return c;
+  }
 
  private:
   MqrarConfig cfg_;

@@ -1,4 +1,5 @@
-// pathattn_train: trains one model on one synthetic task and writes metrics (see docs/model.md).
+// pathattn_train: trains one model on one task (synthetic, or language modelling on shards) and writes metrics
+// (see docs/model.md, docs/results/lm/README.md).
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
@@ -7,35 +8,24 @@
 #include <iostream>
 #include <thread>
 
+#include "cli.h"
+#include "task.h"
 #include "trainer.h"
 
 using namespace pathattn::model;
 
-namespace {
-
-std::string json_num(double x) {
-  if (std::isnan(x)) return "null";
-  std::ostringstream s;
-  s.precision(8);
-  s << x;
-  return s.str();
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  CLI::App app{"Train a small PaTH / RoPE / FoX transformer on a synthetic task (flip-flop, A5, MQRAR-N)"};
-  std::string task_name = "flipflop", mech = "path", device = "cpu";
+  CLI::App app{
+      "Train a PaTH / RoPE / FoX transformer on a synthetic task (flip-flop, A5, MQRAR-N) or on tokenised text (lm)"};
+  std::string mech = "path", device = "cpu";
   std::string precision = "auto";
   ModelConfig mc;
   TrainConfig tc;
-  FlipFlopConfig ffc;
-  A5Config a5c;
-  MqrarConfig mqc;
+  TaskConfig task_cfg;
   int threads = 0;
   // A repeated option takes its last value, so scripts can pass defaults and let the user override them.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--task", task_name, "flipflop | a5 | mqrar")->capture_default_str();
+  app.add_option("--task", task_cfg.name, "flipflop | a5 | mqrar | lm")->capture_default_str();
   app.add_option("--mechanism", mech, "path | path-fox | rope | fox | nope")->capture_default_str();
   app.add_option("--layers", mc.n_layer, "number of blocks")->capture_default_str();
   app.add_option("--width", mc.d_model, "model width E")->capture_default_str();
@@ -64,35 +54,40 @@ int main(int argc, char** argv) {
   app.add_option("--stop-error", tc.stop_error, "stop once in-distribution error <= this (-1: never)")->capture_default_str();
   app.add_option("--out", tc.out_dir, "output folder: metrics.csv, metrics.json, ckpt/");
   app.add_flag("--resume", tc.resume, "resume from <out>/ckpt if present");
+  app.add_option("--grad-accum", tc.grad_accum, "micro-batches of --batch sequences per optimizer step")
+      ->capture_default_str();
+  app.add_option("--stop-after", tc.stop_after, "stop this invocation after n steps, with a checkpoint (0: never)")
+      ->capture_default_str();
+  app.add_option("--time-limit", tc.time_limit_s,
+                 "stop this invocation, with a checkpoint, at the first step ending past this many seconds (0: never)")
+      ->capture_default_str();
+  app.add_option("--init-from", tc.init_from,
+                 "checkpoint folder to take the initial weights from by name (e.g. RoPE -> PaTH); ignored on resume");
   app.add_option("--device", device, "cpu | cuda")->capture_default_str();
   app.add_option("--precision", precision, "auto (bf16 on cuda, f32 on cpu) | f32 | bf16 (autocast over f32 parameters)")
       ->capture_default_str();
   app.add_option("--threads", threads, "CPU threads (0: all hardware threads)")->capture_default_str();
-  app.add_option("--ff-pairs", ffc.pairs, "flip-flop: instruction-bit pairs per sequence")->capture_default_str();
-  app.add_option("--ff-p-ignore", ffc.p_ignore, "flip-flop: training p(ignore)")->capture_default_str();
-  app.add_option("--a5-length", a5c.length, "A5: sequence length")->capture_default_str();
-  app.add_option("--mqrar-n", mqc.n_back, "MQRAR: N of N-back")->capture_default_str();
-  app.add_option("--mqrar-length", mqc.length, "MQRAR: tokens per sequence")->capture_default_str();
-  app.add_option("--mqrar-keys", mqc.keys, "MQRAR: number of keys")->capture_default_str();
-  app.add_option("--mqrar-values", mqc.values, "MQRAR: number of values")->capture_default_str();
-  app.add_option("--mqrar-p-query", mqc.p_query, "MQRAR: probability that a pair is a query")->capture_default_str();
+  app.add_option("--ff-pairs", task_cfg.flipflop.pairs, "flip-flop: instruction-bit pairs per sequence")->capture_default_str();
+  app.add_option("--ff-p-ignore", task_cfg.flipflop.p_ignore, "flip-flop: training p(ignore)")->capture_default_str();
+  app.add_option("--a5-length", task_cfg.a5.length, "A5: sequence length")->capture_default_str();
+  app.add_option("--mqrar-n", task_cfg.mqrar.n_back, "MQRAR: N of N-back")->capture_default_str();
+  app.add_option("--mqrar-length", task_cfg.mqrar.length, "MQRAR: tokens per sequence")->capture_default_str();
+  app.add_option("--mqrar-keys", task_cfg.mqrar.keys, "MQRAR: number of keys")->capture_default_str();
+  app.add_option("--mqrar-values", task_cfg.mqrar.values, "MQRAR: number of values")->capture_default_str();
+  app.add_option("--mqrar-p-query", task_cfg.mqrar.p_query, "MQRAR: probability that a pair is a query")->capture_default_str();
+  app.add_option("--lm-data", task_cfg.lm.data_dir, "lm: folder of train-*.tok and valid-*.tok shards (tools/lm_data.py)");
+  app.add_option("--lm-seq-len", task_cfg.lm.seq_len, "lm: training length T (windows of T + 1 tokens)")
+      ->capture_default_str();
+  app.add_option("--lm-train-shards", task_cfg.lm.train_shards, "lm: use only the first n train shards (0: all present)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   try {
-    at::set_num_threads(threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()));
-    if (device == "cuda") {
-      if (!torch::cuda::is_available()) throw std::invalid_argument("--device cuda: no CUDA device available");
-      tc.device = torch::kCUDA;
-    } else if (device != "cpu") {
-      throw std::invalid_argument("--device: expected cpu or cuda, got '" + device + "'");
-    }
+    set_threads(threads);
+    tc.device = parse_device(device);
     tc.precision = parse_precision(precision, tc.device);
     mc.gate_scale = parse_gate_scale(gate_scale);
-    std::unique_ptr<Task> task;
-    if (task_name == "flipflop") task = make_flipflop(ffc);
-    else if (task_name == "a5") task = make_a5(a5c);
-    else if (task_name == "mqrar") task = make_mqrar(mqc);
-    else throw std::invalid_argument("--task: expected flipflop, a5 or mqrar, got '" + task_name + "'");
+    auto task = make_task(task_cfg);
     mc.vocab = task->vocab();
     mc.mechanism = parse_mechanism(mech);
 
@@ -101,11 +96,13 @@ int main(int argc, char** argv) {
     const std::string label = task->name() + "/" + mech;
     std::cout << "[" << label << "] " << model->num_parameters() << " parameters, layers " << mc.n_layer
               << ", width " << mc.d_model << ", heads " << mc.n_head << ", T " << task->seq_len() << ", batch "
-              << tc.batch << ", steps " << tc.steps << ", lr " << tc.lr << ", threads " << at::get_num_threads()
+              << tc.batch << " x " << tc.grad_accum << " micro-batches, steps " << tc.steps << ", lr " << tc.lr
+              << ", threads " << at::get_num_threads()
               << ", " << device << " " << precision_name(tc.precision) << std::endl;
     auto r = train(model, *task, tc, label);
 
-    std::cout << "[" << label << "] done: " << r.steps_done << " steps in " << r.seconds << " s";
+    std::cout << "[" << label << "] " << (r.stopped_early ? "stopped: " : "done: ") << r.steps_done << " steps in "
+              << r.seconds << " s";
     for (const auto& [k, v] : r.final_eval.error) std::cout << "  " << k << " error " << 100 * v << "%";
     std::cout << std::endl;
     if (!tc.out_dir.empty()) {
@@ -114,7 +111,11 @@ int main(int argc, char** argv) {
          << "  \"layers\": " << mc.n_layer << ", \"width\": " << mc.d_model << ", \"heads\": " << mc.n_head
          << ", \"parameters\": " << model->num_parameters() << ",\n"
          << "  \"seq_len\": " << task->seq_len() << ", \"batch\": " << tc.batch << ", \"steps\": " << tc.steps
-         << ", \"steps_done\": " << r.steps_done << ", \"lr\": " << tc.lr << ", \"seed\": " << tc.seed << ",\n"
+         << ", \"steps_done\": " << r.steps_done << ", \"complete\": " << (r.steps_done == tc.steps ? "true" : "false")
+         << ", \"lr\": " << tc.lr << ", \"seed\": " << tc.seed << ",\n"
+         << "  \"grad_accum\": " << tc.grad_accum << ", \"tokens_per_step\": " << r.tokens_per_step
+         << ", \"tokens_seen\": " << r.tokens_per_step * r.steps_done << ",\n"
+         << "  \"data\": \"" << task->data_state() << "\", \"init_from\": \"" << tc.init_from << "\",\n"
          << "  \"threads\": " << at::get_num_threads() << ", \"device\": \""
          << device << "\", \"precision\": \"" << precision_name(tc.precision) << "\",\n  \"train_seconds\": "
          << r.seconds << ", \"final_train_loss\": "
@@ -129,6 +130,14 @@ int main(int argc, char** argv) {
       for (const auto& [k, v] : r.final_eval.loss) {
         js << (first ? "" : ", ") << "\"" << k << "\": " << json_num(v);
         first = false;
+      }
+      if (task->language_model()) {
+        js << "},\n  \"perplexity\": {";
+        first = true;
+        for (const auto& [k, v] : r.final_eval.loss) {
+          js << (first ? "" : ", ") << "\"" << k << "\": " << json_num(std::exp(v));
+          first = false;
+        }
       }
       js << "},\n  \"position_accuracy\": [";
       for (size_t i = 0; i < r.final_eval.pos_accuracy.size(); ++i)

@@ -1,5 +1,7 @@
 #include "trainer.h"
 
+#include "checkpoint.h"
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -7,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 
 namespace pathattn::model {
 
@@ -43,17 +46,34 @@ std::string fmt_seconds(double s) {
   return buf;
 }
 
-// Per-step data stream: batch s is drawn from its own seed, so a resumed run sees the same batches.
-Batch draw_batch(const Task& task, const TrainConfig& cfg, int64_t step) {
-  std::mt19937_64 rng(cfg.seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(step) + 1);
-  return task.sample(cfg.batch, rng);
+// data.txt of a checkpoint (checkpoint.h): everything besides the step that decides which batches the run draws,
+// which windows it evaluates on, and its learning-rate schedule (a resume with another --steps would bend the
+// cosine mid-run: refused like other data).
+std::string data_state_text(const Task& task, const TrainConfig& cfg) {
+  std::ostringstream s;
+  s.precision(17);
+  s << "task=" << task.name() << "\nseq_len=" << task.seq_len() << "\nseed=" << cfg.seed << "\nbatch=" << cfg.batch
+    << "\ngrad_accum=" << cfg.grad_accum << "\neval_size=" << cfg.eval_size << "\ndata=" << task.data_state()
+    << "\nschedule=steps " << cfg.steps << " warmup " << cfg.warmup << " lr " << cfg.lr << " min_lr_ratio "
+    << cfg.min_lr_ratio << " weight_decay " << cfg.weight_decay << " betas " << cfg.beta1 << " " << cfg.beta2
+    << " clip " << cfg.clip << "\n";
+  return s.str();
 }
 
-void save_checkpoint(Transformer& model, torch::optim::AdamW& opt, const fs::path& dir, int64_t step) {
-  fs::create_directories(dir);
-  torch::save(model, (dir / "model.pt").string());
-  torch::save(opt, (dir / "optim.pt").string());
-  std::ofstream(dir / "step.txt") << step << "\n";
+// metrics.csv after a resume from step `step`: rows past it were written by an invocation that stopped before its
+// next checkpoint (killed at a device command's time limit); the resumed run writes them again.
+void truncate_metrics(const fs::path& csv, int64_t step) {
+  std::ifstream in(csv);
+  std::vector<std::string> keep;
+  std::string line;
+  bool header = true;
+  while (std::getline(in, line)) {
+    if (header || std::stoll(line.substr(0, line.find(','))) <= step) keep.push_back(line);
+    header = false;
+  }
+  in.close();
+  std::ofstream out(csv, std::ios::trunc);
+  for (const auto& l : keep) out << l << "\n";
 }
 
 }  // namespace
@@ -62,17 +82,35 @@ torch::optim::AdamWOptions adamw_options(const TrainConfig& cfg) {
   return torch::optim::AdamWOptions(cfg.lr).betas({cfg.beta1, cfg.beta2}).weight_decay(cfg.weight_decay);
 }
 
-torch::Tensor train_step(Transformer& model, torch::optim::AdamW& opt, const Batch& b, const TrainConfig& cfg) {
+Batch draw_batch(const Task& task, const TrainConfig& cfg, int64_t step, int64_t micro) {
+  const uint64_t index = static_cast<uint64_t>(step) * static_cast<uint64_t>(cfg.grad_accum) + micro;
+  std::mt19937_64 rng(cfg.seed * 0x9E3779B97F4A7C15ULL + index + 1);
+  return task.sample(cfg.batch, rng);
+}
+
+torch::Tensor train_step(Transformer& model, torch::optim::AdamW& opt, const std::vector<Batch>& micro,
+                         const TrainConfig& cfg) {
+  if (micro.empty()) throw std::invalid_argument("train_step: expected at least one micro-batch");
   opt.zero_grad();
-  torch::Tensor loss;
-  {
-    AutocastGuard autocast(cfg.device, cfg.precision);
-    loss = masked_loss(model->forward(b.input), b);  // logits f32 in either precision
+  const double n = static_cast<double>(micro.size());
+  torch::Tensor total;
+  for (const auto& b : micro) {
+    torch::Tensor loss;
+    {
+      AutocastGuard autocast(cfg.device, cfg.precision);
+      loss = masked_loss(model->forward(b.input), b);  // logits f32 in either precision
+    }
+    // One micro-batch: the loss as it is (bit for bit the step the trainer took before accumulation existed).
+    (micro.size() == 1 ? loss : loss / n).backward();
+    total = total.defined() ? total + loss.detach() : loss.detach();
   }
-  loss.backward();
   if (cfg.clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), cfg.clip);
   opt.step();
-  return loss;
+  return micro.size() == 1 ? total : total / n;
+}
+
+torch::Tensor train_step(Transformer& model, torch::optim::AdamW& opt, const Batch& b, const TrainConfig& cfg) {
+  return train_step(model, opt, std::vector<Batch>{b}, cfg);
 }
 
 EvalResult evaluate(Transformer& model, const std::vector<EvalSet>& sets, int64_t eval_batch, torch::Device dev,
@@ -114,26 +152,49 @@ EvalResult evaluate(Transformer& model, const std::vector<EvalSet>& sets, int64_
 }
 
 TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, const std::string& run_label) {
+  if (cfg.grad_accum < 1)
+    throw std::invalid_argument("grad_accum: expected >= 1, got " + std::to_string(cfg.grad_accum));
+  if (cfg.batch < 1) throw std::invalid_argument("batch: expected >= 1, got " + std::to_string(cfg.batch));
   model->to(cfg.device);
   model->train();
   torch::optim::AdamW opt(model->parameters(), adamw_options(cfg));
   const auto eval_sets = task.eval_sets(cfg.eval_size, cfg.seed + 7777);
   const fs::path out = cfg.out_dir;
-  const fs::path ckpt = out / "ckpt";
-  int64_t step = 0;
+  const std::string ckpt = (out / "ckpt").string();
+  const std::string data_state = data_state_text(task, cfg);
+  const TaskConfig task_config = task.config();
+  TrainerState st;
+  bool resumed = false;
   if (!cfg.out_dir.empty()) fs::create_directories(out);
-  if (cfg.resume && !cfg.out_dir.empty() && fs::exists(ckpt / "step.txt")) {
-    torch::load(model, (ckpt / "model.pt").string(), cfg.device);
-    torch::load(opt, (ckpt / "optim.pt").string(), cfg.device);
-    std::ifstream(ckpt / "step.txt") >> step;
-    std::cout << "[" << run_label << "] resumed from " << ckpt.string() << " at step " << step << std::endl;
+  if (cfg.resume && !cfg.out_dir.empty() && has_checkpoint(ckpt)) {
+    const auto info = read_checkpoint_info(ckpt);
+    if (info.data_state.empty()) {
+      std::cout << "[" << run_label << "] warning: " << ckpt << " has no data.txt; the data stream is not checked"
+                << std::endl;
+    } else if (info.data_state != data_state) {
+      throw std::runtime_error("--resume: the checkpoint's data stream (" + info.dir + "/data.txt)\n" + info.data_state +
+                               "differs from this run's\n" + data_state);
+    }
+    load_training_state(model, opt, info, cfg.device);
+    st = info.state;
+    resumed = true;
+    std::cout << "[" << run_label << "] resumed from " << info.dir << " at step " << st.step << std::endl;
+  } else if (!cfg.init_from.empty()) {
+    const auto report = init_from_checkpoint(model, cfg.init_from);
+    const std::string text = format_init_report(report, cfg.init_from);
+    std::cout << "[" << run_label << "] " << text.substr(0, text.find('\n')) << std::endl;
+    for (const auto& n : report.fresh) std::cout << "[" << run_label << "]   new " << n << std::endl;
+    for (const auto& n : report.dropped) std::cout << "[" << run_label << "]   dropped " << n << std::endl;
+    if (!cfg.out_dir.empty()) std::ofstream(out / "init_report.txt") << text;
   }
 
-  // metrics.csv: one row per evaluation (appended on resume).
+  // metrics.csv: one row per evaluation (appended on resume, after the rows up to the checkpoint).
   std::ofstream csv;
   if (!cfg.out_dir.empty()) {
-    const bool fresh = !(cfg.resume && fs::exists(out / "metrics.csv"));
+    const bool fresh = !(resumed && fs::exists(out / "metrics.csv"));
+    if (!fresh) truncate_metrics(out / "metrics.csv", st.step);
     csv.open(out / "metrics.csv", fresh ? std::ios::trunc : std::ios::app);
+    csv.precision(10);
     if (fresh) {
       csv << "step,elapsed_s,lr,train_loss,tokens_per_s";
       for (const auto& s : eval_sets) csv << "," << s.name << "_loss," << s.name << "_error";
@@ -143,64 +204,82 @@ TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, 
 
   TrainResult res;
   const int64_t T = task.seq_len();
+  res.tokens_per_step = cfg.batch * cfg.grad_accum * T;
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  const int64_t start_step = step;
-  double loss_acc = 0;
-  int64_t loss_n = 0;
+  const int64_t start_step = st.step;
+  const double seconds_before = st.seconds;
   double last_loss = NAN;
-  while (step < cfg.steps) {
-    const double lr = lr_at(cfg, step);
+  while (st.step < cfg.steps) {
+    const double lr = lr_at(cfg, st.step);
     for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
-    auto b = to_device(draw_batch(task, cfg, step), cfg.device);
-    auto loss = train_step(model, opt, b, cfg);
-    ++step;
-    loss_acc += loss.item<double>();
-    ++loss_n;
+    std::vector<Batch> micro;
+    for (int64_t m = 0; m < cfg.grad_accum; ++m)
+      micro.push_back(to_device(draw_batch(task, cfg, st.step, m), cfg.device));
+    const double loss = train_step(model, opt, micro, cfg).item<double>();
+    ++st.step;
+    st.loss_sum += loss;
+    ++st.loss_count;
 
     const double secs = elapsed();
-    const double tok_s = (step - start_step) * cfg.batch * T / std::max(secs, 1e-9);
-    if (cfg.log_every > 0 && (step % cfg.log_every == 0 || step == cfg.steps)) {
-      const double eta = secs / (step - start_step) * (cfg.steps - step);
-      std::printf("[%s] step %ld/%ld  loss %.4f  lr %.2e  %.0f tok/s  elapsed %s  ETA %s\n", run_label.c_str(),
-                  (long)step, (long)cfg.steps, loss.item<double>(), lr, tok_s, fmt_seconds(secs).c_str(),
-                  fmt_seconds(eta).c_str());
+    st.seconds = seconds_before + secs;
+    const int64_t done_here = st.step - start_step;
+    const double tok_s = done_here * res.tokens_per_step / std::max(secs, 1e-9);
+    if (cfg.log_every > 0 && (st.step % cfg.log_every == 0 || st.step == cfg.steps)) {
+      const double eta = secs / done_here * (cfg.steps - st.step);
+      std::printf("[%s] step %ld/%ld  loss %.4f  lr %.2e  %.0f tok/s  %.1fM tok  elapsed %s  ETA %s\n",
+                  run_label.c_str(), (long)st.step, (long)cfg.steps, loss, lr, tok_s,
+                  st.step * res.tokens_per_step / 1e6, fmt_seconds(st.seconds).c_str(), fmt_seconds(eta).c_str());
       std::fflush(stdout);
     }
-    const bool last = step == cfg.steps;
-    if ((cfg.eval_every > 0 && step % cfg.eval_every == 0) || last) {
+    const bool last = st.step == cfg.steps;
+    bool stop = false;
+    if ((cfg.eval_every > 0 && st.step % cfg.eval_every == 0) || last) {
       auto ev = evaluate(model, eval_sets, cfg.eval_batch, cfg.device, cfg.precision);
-      last_loss = loss_acc / std::max<int64_t>(1, loss_n);
-      loss_acc = 0;
-      loss_n = 0;
-      std::printf("[%s] eval step %ld  train_loss %.4f", run_label.c_str(), (long)step, last_loss);
-      for (const auto& s : eval_sets) std::printf("  %s err %.4f%%", s.name.c_str(), 100 * ev.error[s.name]);
+      last_loss = st.loss_sum / std::max<int64_t>(1, st.loss_count);
+      st.loss_sum = 0;
+      st.loss_count = 0;
+      std::printf("[%s] eval step %ld  train_loss %.4f", run_label.c_str(), (long)st.step, last_loss);
+      for (const auto& s : eval_sets) {
+        std::printf("  %s loss %.4f", s.name.c_str(), ev.loss[s.name]);
+        if (task.language_model()) std::printf(" ppl %.3f", std::exp(ev.loss[s.name]));
+        std::printf(" err %.4f%%", 100 * ev.error[s.name]);
+      }
       std::printf("\n");
       std::fflush(stdout);
       if (csv.is_open()) {
-        csv << step << "," << secs << "," << lr << "," << last_loss << "," << tok_s;
+        csv << st.step << "," << st.seconds << "," << lr << "," << last_loss << "," << tok_s;
         for (const auto& s : eval_sets) csv << "," << ev.loss[s.name] << "," << ev.error[s.name];
         csv << "\n";
         csv.flush();
       }
       res.final_eval = ev;
-      const bool stop = cfg.stop_error >= 0 && ev.error[eval_sets[0].name] <= cfg.stop_error;
+      stop = cfg.stop_error >= 0 && ev.error[eval_sets[0].name] <= cfg.stop_error;
       if (stop) {
         std::printf("[%s] in-distribution error %.4f%% <= %.4f%%: stopping at step %ld\n", run_label.c_str(),
-                    100 * ev.error[eval_sets[0].name], 100 * cfg.stop_error, (long)step);
+                    100 * ev.error[eval_sets[0].name], 100 * cfg.stop_error, (long)st.step);
       }
-      if (!cfg.out_dir.empty() && (last || stop || (cfg.ckpt_every > 0 && step % cfg.ckpt_every == 0))) {
-        save_checkpoint(model, opt, ckpt, step);
-      }
-      if (stop) break;
-    } else if (!cfg.out_dir.empty() && cfg.ckpt_every > 0 && step % cfg.ckpt_every == 0) {
-      save_checkpoint(model, opt, ckpt, step);
+    }
+    // This invocation's limits (a bounded device command): stop with a checkpoint, to be resumed.
+    const bool limit = !last && !stop && ((cfg.stop_after > 0 && done_here >= cfg.stop_after) ||
+                                          (cfg.time_limit_s > 0 && secs >= cfg.time_limit_s));
+    if (limit) {
+      std::printf("[%s] stopping this invocation at step %ld (%s); resume to continue\n", run_label.c_str(),
+                  (long)st.step, cfg.stop_after > 0 && done_here >= cfg.stop_after ? "--stop-after" : "--time-limit");
+      std::fflush(stdout);
+    }
+    if (!cfg.out_dir.empty() && (last || stop || limit || (cfg.ckpt_every > 0 && st.step % cfg.ckpt_every == 0))) {
+      save_checkpoint(model, opt, ckpt, st, task_config, data_state);
+    }
+    if (stop || limit) {
+      res.stopped_early = true;
+      break;
     }
   }
-  res.steps_done = step;
-  res.seconds = elapsed();
+  res.steps_done = st.step;
+  res.seconds = st.seconds;
   res.final_train_loss = last_loss;
-  if (step == start_step) res.final_eval = evaluate(model, eval_sets, cfg.eval_batch, cfg.device, cfg.precision);
+  if (st.step == start_step) res.final_eval = evaluate(model, eval_sets, cfg.eval_batch, cfg.device, cfg.precision);
   return res;
 }
 

@@ -1,5 +1,5 @@
-// Training loop: AdamW, linear warm-up then cosine decay, gradient clipping, periodic evaluation on the
-// task's fixed sets, resumable checkpoints, a progress line, metrics as CSV and JSON.
+// Training loop: AdamW, linear warm-up then cosine decay, gradient clipping and accumulation, periodic evaluation on
+// the task's fixed sets, resumable checkpoints (checkpoint.h), a progress line, metrics as CSV and JSON.
 #pragma once
 
 #include <torch/torch.h>
@@ -32,6 +32,17 @@ struct TrainConfig {
   double stop_error = -1;     // >= 0: stop once the in-distribution error is <= this (after an evaluation)
   std::string out_dir;        // metrics.csv, metrics.json, ckpt/ (empty: nothing written)
   bool resume = false;
+  // Micro-batches of `batch` sequences per optimizer step (gradient accumulation): a step sees batch * grad_accum
+  // sequences, with the memory of `batch`. The step's loss is the mean of the micro-batches' losses.
+  int64_t grad_accum = 1;
+  // Chunking a long run into bounded commands (a device command has 10 minutes): this invocation stops, with a
+  // checkpoint, after `stop_after` steps (> 0) or at the first step that ends past `time_limit_s` seconds (> 0);
+  // the next invocation with resume continues where it stopped, on the same loss curve.
+  int64_t stop_after = 0;
+  double time_limit_s = 0;
+  // A checkpoint folder to take the initial weights from, by name (checkpoint.h init_from_checkpoint: e.g. PaTH
+  // from a trained RoPE model). Used only when the run does not resume from its own checkpoint.
+  std::string init_from;
   torch::Device device = torch::kCPU;
   Precision precision = Precision::f32;  // bf16: autocast over the f32 parameters (precision.h)
 };
@@ -44,6 +55,8 @@ struct EvalResult {
 
 struct TrainResult {
   int64_t steps_done = 0;
+  bool stopped_early = false;  // stop_after, time_limit_s or stop_error ended this invocation before cfg.steps
+  int64_t tokens_per_step = 0;
   double seconds = 0;
   double final_train_loss = 0;
   EvalResult final_eval;
@@ -64,6 +77,15 @@ torch::optim::AdamWOptions adamw_options(const TrainConfig& cfg);
 // under cfg.precision, backward, gradient clipping (cfg.clip), AdamW. train() runs this; so does bench_step.
 // Returns the loss as a device scalar (reading it synchronises with the device).
 torch::Tensor train_step(Transformer& model, torch::optim::AdamW& opt, const Batch& b, const TrainConfig& cfg);
+// The same over micro-batches (gradient accumulation): each one's loss / n is backpropagated in turn (so one
+// micro-batch's activations are alive at a time), then one clip and one AdamW step. Returns the mean loss.
+torch::Tensor train_step(Transformer& model, torch::optim::AdamW& opt, const std::vector<Batch>& micro,
+                         const TrainConfig& cfg);
+
+// Micro-batch m of optimizer step s (0-based) of the training stream: drawn from a generator seeded by
+// (cfg.seed, s * cfg.grad_accum + m), so the data order is a function of the seed (the same for every mechanism
+// and after a resume). With grad_accum = 1 this is the stream the trainer always drew.
+Batch draw_batch(const Task& task, const TrainConfig& cfg, int64_t step, int64_t micro = 0);
 
 TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, const std::string& run_label = "");
 

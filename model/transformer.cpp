@@ -56,25 +56,4 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens, KVCache* cac
   return logits.scalar_type() == torch::kDouble ? logits : logits.to(torch::kFloat);
 }
 
-torch::Tensor generate(Transformer& model, const torch::Tensor& prompt, int64_t n, double temperature,
-                       uint64_t seed) {
-  torch::NoGradGuard no_grad;
-  auto gen = at::detail::createCPUGenerator(seed);
-  KVCache cache;
-  auto logits = model->forward(prompt, &cache).select(1, -1);  // [B, V]
-  std::vector<torch::Tensor> out{prompt};
-  for (int64_t i = 0; i < n; ++i) {
-    torch::Tensor next;  // [B, 1]
-    if (temperature <= 0) {
-      next = logits.argmax(-1, true);
-    } else {
-      auto p = torch::softmax(logits / temperature, -1).cpu();
-      next = at::multinomial(p, 1, false, gen).to(prompt.device());
-    }
-    out.push_back(next);
-    if (i + 1 < n) logits = model->forward(next, &cache).select(1, -1);
-  }
-  return torch::cat(out, 1);
-}
-
 }  // namespace pathattn::model

@@ -55,9 +55,6 @@ class TransformerImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Transformer);
 
-// Autoregressive continuation of prompt [B, T0] by n tokens with a KV cache: greedy when temperature == 0,
-// else sampling from softmax(logits / temperature) with the given generator seed. Returns [B, T0 + n].
-torch::Tensor generate(Transformer& model, const torch::Tensor& prompt, int64_t n, double temperature = 0.0,
-                       uint64_t seed = 0);
+// Generation with the KV cache: generate.h.
 
 }  // namespace pathattn::model

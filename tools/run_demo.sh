@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The model demo: flip-flop language modelling (Liu et al. 2023) with 1-layer 2-head models, PaTH against
-# RoPE and FoX, trained on the CPU; prints the error table beside the PaTH paper's numbers and writes a plot.
+# RoPE and FoX, trained on the CPU; prints the error table beside the PaTH paper's numbers and writes a plot, then
+# scores the PaTH checkpoint's reads answered by generation (pathattn_generate --eval-reads).
 # About 5 minutes on 2 idle cores, 10 under a concurrent build (see docs/model.md for the measured time and the recorded results).
 #
 #   tools/run_demo.sh [BUILD_DIR] [pathattn_train options...]
@@ -18,7 +19,7 @@ if [[ $# -gt 0 && "$1" != -* ]]; then
 fi
 bin="$build/model/pathattn_train"
 if [[ ! -x "$bin" ]]; then
-  echo "run_demo.sh: $bin not found; build first (cmake -B $build && make -C $build -j2 pathattn_train)" >&2
+  echo "run_demo.sh: $bin not found; build first (cmake -B $build && make -C $build -j2 pathattn_train pathattn_generate)" >&2
   exit 1
 fi
 mechanisms="${MECHANISMS:-path rope fox}"
@@ -60,4 +61,18 @@ else
 fi
 /usr/bin/python3 "$repo/tools/plot_metrics.py" "${runs[@]}" --out "$out/$task.png" --table \
   --title "$task" "${paper[@]}" | tee "$out/table.md"
-echo "plot: $out/$task.png   metrics: $out/<mechanism>/metrics.{csv,json}"
+echo "plot: $out/$task.png   metrics: $out/<mechanism>/metrics.{csv,json}   checkpoints: $out/<mechanism>/ckpt"
+
+# Generation (docs/model.md "Generation"): each run's checkpoint is written at its end (--out); the PaTH model
+# answers the reads of fresh flip-flop sequences by generating one token after each read instruction through the KV
+# cache (the op's decode), not by the trainer's full forward. 256 sequences: about 5 s on 2 cores.
+gen="$build/model/pathattn_generate"
+if [[ "$task" == flipflop && -d "$out/path/ckpt" ]]; then
+  echo
+  if [[ -x "$gen" ]]; then
+    echo "== generation: flip-flop reads answered by the PaTH checkpoint through the KV cache =="
+    "$gen" --ckpt "$out/path" --eval-reads 256 --threads "$threads" | tee "$out/generate.log"
+  else
+    echo "run_demo.sh: $gen not built, generation skipped (make -C $build pathattn_generate)"
+  fi
+fi

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine and builds everything into ./build:
-# Debian packages (libtorch, OpenBLAS with OpenMP, GoogleTest, Google Benchmark, CLI11, pytest, matplotlib, and
-# venv, pip, setuptools, wheel for `pip install .`),
+# Debian packages (libtorch, OpenBLAS with OpenMP, GoogleTest, Google Benchmark, CLI11, pytest, matplotlib,
+# SentencePiece's Python module for the LM data (tools/lm_data.py), and venv, pip, setuptools, wheel for `pip install .`),
 # then CMake (the CUDA kernels are compiled too when nvcc is in /usr/local/cuda; they run on a GPU machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake libtorch-dev python3-torch python3-numpy python3-pytest python3-matplotlib
           libopenblas-openmp-dev libopenblas0-openmp googletest libgtest-dev libgmock-dev libbenchmark-dev
-          libcli11-dev python3-venv python3-pip python3-setuptools python3-wheel)
+          libcli11-dev python3-sentencepiece python3-venv python3-pip python3-setuptools python3-wheel)
 missing=()
 for p in "${packages[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

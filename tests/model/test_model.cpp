@@ -4,33 +4,18 @@
 
 #include <filesystem>
 
+#include "test_util.h"
 #include "tolerances_model.h"
 #include "trainer.h"
 
 using namespace pathattn::model;
+using namespace pathattn::model::test_util;
 
 namespace {
 
 const Mechanism kAll[] = {Mechanism::path, Mechanism::path_fox, Mechanism::rope, Mechanism::fox, Mechanism::nope};
 
-ModelConfig tiny(Mechanism m, int64_t vocab = 11) {
-  ModelConfig c;
-  c.vocab = vocab;
-  c.n_layer = 2;
-  c.d_model = 32;
-  c.n_head = 2;
-  c.mechanism = m;
-  return c;
-}
-
 std::string label(Mechanism m, bool qk = false) { return std::string(mechanism_name(m)) + (qk ? "+qknorm" : ""); }
-
-std::filesystem::path temp_dir(const std::string& name) {
-  auto d = std::filesystem::temp_directory_path() / ("pathattn_model_test_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
-}
 
 }  // namespace
 
@@ -134,26 +119,7 @@ TEST(Model, KVCacheDecodingThroughTheOpInF32) {
   }
 }
 
-TEST(Model, GreedyGenerationMatchesRepeatedFullForward) {
-  for (auto m : {Mechanism::path, Mechanism::rope}) {
-    torch::manual_seed(3);
-    auto cfg = tiny(m);
-    Transformer model(cfg);
-    auto prompt = torch::randint(0, cfg.vocab, {2, 12}, torch::kLong);
-    auto gen = generate(model, prompt, 8);
-    ASSERT_EQ(gen.sizes(), (std::vector<int64_t>{2, 20}));
-    torch::NoGradGuard ng;
-    auto seq = prompt;
-    for (int i = 0; i < 8; ++i) {
-      auto next = model->forward(seq).select(1, -1).argmax(-1, true);
-      seq = torch::cat({seq, next}, 1);
-    }
-    EXPECT_TRUE(torch::equal(gen, seq)) << label(m);
-    auto sampled = generate(model, prompt, 8, 1.0, 42);
-    EXPECT_TRUE(torch::equal(sampled, generate(model, prompt, 8, 1.0, 42))) << "sampling must follow the seed";
-    EXPECT_TRUE((sampled >= 0).all().item<bool>() && (sampled < cfg.vocab).all().item<bool>());
-  }
-}
+// Generation (greedy against full forwards, sampling, checkpoints through the loader): test_model_generate.cpp.
 
 TEST(Model, SaveLoadGivesIdenticalLogits) {
   auto dir = temp_dir("saveload");

@@ -26,4 +26,21 @@ constexpr double kOverfitRatio = 0.2;
 // Tiny end-to-end flip-flop run: read-bit error must be below this (chance is 0.5).
 constexpr double kTinyRunError = 0.25;
 
+// Gradient accumulation (two micro-batches of 2 sequences) against one batch of the same 4 sequences, f32: the same
+// terms summed in another order (two half-batch means averaged vs one mean; weight gradients summed over 48 vs 96
+// rows in two parts), so f32 rounding of sums of ~1e2 terms: ~1e-6 of the largest gradient of a tensor. 1e-5
+// leaves a margin of 10; a wrong weighting (no division by the micro-batch count) is off by a factor of 2.
+constexpr double kAccumVsBatch = 1e-5;
+
+// Loss by position (windows run 2 + 1 at a time) against one forward of all 3 windows, f32 and relative to each
+// position's summed loss: different batch shapes may take different BLAS blockings (f32 rounding, ~1e-7 per
+// operation over a 2-layer forward); a wrong position or window is off by O(1).
+constexpr double kLossByPosition = 1e-5;
+
+// Sampling frequencies over kSampleDraws draws against the filtered distribution: a binomial frequency has a standard
+// deviation of at most sqrt(0.25 / 4000) ~ 0.008, so 0.04 is 5 of them (a false failure about once in 10^6 runs),
+// while a wrong filter or temperature moves a frequency by 0.1 or more in the tests' examples.
+constexpr int kSampleDraws = 4000;
+constexpr double kSampleFreq = 0.04;
+
 }  // namespace pathattn::model::test_tol
