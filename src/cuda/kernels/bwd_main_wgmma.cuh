@@ -16,6 +16,8 @@
 // become A operands in place, and ldmatrix gives the transposed ones) and B from a 128-byte-swizzled shared tile
 // (wgmma.cuh). Why: the mma.sync kernel (bwd_main.cuh) reads each B tile once per warp through ldmatrix (4x per
 // CTA) and issues ~5x more instructions per product; the forward gained 2.5x from the same change (notes.md v5).
+// Measured (notes.md, backward v4): only 1.1-1.2x here, since half of the fast mode's time is the two f32 atomic
+// streams (dQ^, dP) and the deterministic turns add as much again; the products themselves run at ~390 TFLOP/s.
 //
 // Loads: Q^ and dO^ (bwd_prep's padded chunk tiles, so rows past a chunk's end are zeros and every tile is a
 // plain 2-D box), lse2, delta and the gate rows of the next (query chunk, head) step go by TMA into the other of
