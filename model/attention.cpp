@@ -137,8 +137,9 @@ torch::Tensor AttentionImpl::rope(const torch::Tensor& x, int64_t pos0) const {
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, LayerCache* cache) {
   if (cache && !cache->empty() && uses_path(cfg_.mechanism) && cache->x.defined()) {
-    // PaTH decoding where the op has no decode (CUDA, f64): the whole sequence again through the op's forward,
-    // the last T outputs kept. O(L) work per token instead of O(1) rows: the interim until a CUDA decode kernel.
+    // PaTH decoding where the op has no decode (a float64 model on the CPU: the CPU decode is float32, and the tests'
+    // f64 comparisons want f64 throughout): the whole sequence again through the op's forward, the last T outputs
+    // kept. O(L) work per token instead of O(1) rows; CUDA and CPU f32 / bf16 decode through the op (path()).
     auto xs = torch::cat({cache->x, x.detach()}, 1);
     cache->x = xs;
     cache->pos = xs.size(1);
@@ -172,10 +173,11 @@ torch::Tensor AttentionImpl::path(const torch::Tensor& q, const torch::Tensor& k
   torch::Tensor conv_out;
   auto w = w_of(x, decoding ? cache->conv : torch::Tensor(), cache ? &conv_out : nullptr);
   auto beta = beta_of(x);
-  if (decoding) {  // S = T tokens in one call of the op's decode (CPU f32)
+  if (decoding) {  // S = T tokens in one call of the op's decode (CPU f32, or the CUDA decode kernels)
     cache->conv = conv_out;
+    auto o = op_decode_step(cache->path, cache->pos, q, k, v, w, beta, g);
     cache->pos += T;
-    return op_decode_step(cache->path, q, k, v, w, beta, g);
+    return o;
   }
   const bool op_decode = cache != nullptr && op_decode_supported(q);
   auto r = path_attention_call(q, k, v, w, beta, g, op_decode);

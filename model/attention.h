@@ -17,12 +17,12 @@ namespace pathattn::model {
 // Per-layer decoding state of one batch of sequences.
 struct LayerCache {
   int64_t pos = 0;  // number of cached positions L
-  // PaTH, decoding through the op (CPU, not f64): the op's key cache (docs/spec.md §4) and the last conv_size - 1 inputs of
-  // the w short convolution [B, conv_size - 1, H*D].
+  // PaTH, decoding through the op (CPU f32 / bf16, and CUDA): the op's key cache (docs/spec.md §4) on the model's
+  // device and the last conv_size - 1 inputs of the w short convolution [B, conv_size - 1, H*D].
   pathattn::DecodeState path;
   torch::Tensor conv;
-  // PaTH where the op has no decode yet (CUDA; f64 in tests): the layer's inputs so far [B, L, E]; each call re-runs
-  // the whole sequence through the op's forward (the interim until the CUDA decode kernel exists).
+  // PaTH where the op has no decode (a float64 model on the CPU, the tests' reference precision): the layer's inputs
+  // so far [B, L, E]; each call re-runs the whole sequence through the op's forward.
   torch::Tensor x;
   // The softmax mechanisms: keys (rotated for rope) and values per kv head [B, H, L, D], and the cumulative log
   // gate per query head [B, HQ, L] (fox).

@@ -18,7 +18,6 @@ CallDtypes call_dtypes(const torch::Tensor& q) {
   return {acc, acc};
 }
 std::optional<torch::Tensor> opt(const torch::Tensor& t) { return t.defined() ? std::optional(t) : std::nullopt; }
-torch::Tensor f32(const torch::Tensor& t) { return t.defined() ? t.to(torch::kFloat) : t; }
 constexpr int64_t kRoom = 64;  // tokens of room added at prefill; doubled when full
 }  // namespace
 
@@ -35,17 +34,21 @@ PathCall path_attention_call(const torch::Tensor& q, const torch::Tensor& k, con
   return r;
 }
 
-bool op_decode_supported(const torch::Tensor& q) { return q.device().is_cpu() && q.scalar_type() != torch::kDouble; }
+bool op_decode_supported(const torch::Tensor& q) { return q.is_cuda() || q.scalar_type() != torch::kDouble; }
 
 pathattn::DecodeState op_decode_start(const torch::Tensor& kcache, const torch::Tensor& v, const torch::Tensor& g) {
-  return pathattn::DecodeState::from_prefill(f32(kcache), f32(v), f32(g), kcache.size(1) + kRoom);
+  // from_prefill stores k, v in f32 and the cumulative gates in f64, on kcache's device, whatever their dtypes.
+  return pathattn::DecodeState::from_prefill(kcache, v, g, kcache.size(1) + kRoom);
 }
 
-torch::Tensor op_decode_step(pathattn::DecodeState& st, const torch::Tensor& q, const torch::Tensor& k,
+torch::Tensor op_decode_step(pathattn::DecodeState& st, int64_t cached, const torch::Tensor& q, const torch::Tensor& k,
                              const torch::Tensor& v, const torch::Tensor& w, const torch::Tensor& beta,
                              const torch::Tensor& g) {
-  st.reserve(q.size(1));
-  auto out = pathattn::decode(f32(q), f32(k), f32(v), f32(w), f32(beta), st, opt(f32(g)));
+  const int64_t S = q.size(1);
+  if (cached + S > st.k.size(1)) st.reserve(S);
+  const CallDtypes dt = call_dtypes(q);  // CPU: f32 (op_decode_supported excludes f64); CUDA: bf16 / f16 and f32
+  auto out = pathattn::decode(q.to(dt.qkv), k.to(dt.qkv), v.to(dt.qkv), w.to(dt.wbg), beta.to(dt.wbg), st,
+                              g.defined() ? opt(g.to(dt.wbg)) : std::nullopt);
   return out.o.to(v.scalar_type());
 }
 

@@ -13,8 +13,10 @@
 #          sanitizers, BWD_AB=1 the same bench with the mma.sync main kernel (PATHATTN_BWD_MAIN=mma), NO_NCU=1 skips ncu,
 #          SKIP_TESTS=1 / SKIP_BENCH=1 the tests / the bench (a second call on a warm machine)
 #   torch: the torch extension and the model built against the machine's torch (CUDA on), pytest tests/python on
-#          it, bench/cuda/bench_train.py (forward+backward, peak memory, beside SDPA and fla) and bench_step
-#          (a ~100M-parameter PaTH vs RoPE training step); SKIP_TRAIN_BENCH=1 stops after pytest; PYTEST_ARGS
+#          it (the CUDA decode through the op and the layer: tests/python/test_decode_cuda.py), the model's gpu test
+#          (tests/model/test_model_cuda.cpp: its KV-cache decoding through the CUDA decode kernels; needs
+#          googletest), bench/cuda/bench_train.py (forward+backward, peak memory, beside SDPA and fla) and bench_step
+#          (a ~100M-parameter PaTH vs RoPE training step); SKIP_TRAIN_BENCH=1 stops after the tests; PYTEST_ARGS
 #          picks the tests (default tests/python); DECODE_BENCH=1 also runs bench/cuda/bench_decode.py (ours, fla,
 #          SDPA decode steps)
 #   model: only the model's bench_step
@@ -35,10 +37,11 @@ note() { echo "$*" | tee -a "$SUMMARY"; }
 
 # The torch extension and/or the model against the machine's torch, in build-gpu-torch (model and torch modes
 # share it, so either reuses the other's kernels): build_torch LOG TARGET...
+# TORCH_TESTS=ON configures the tests too (torch mode, for test_model_cuda: needs googletest, GTEST_PREFIX below).
 build_torch() {
   local log=$1; shift
-  { cmake -S . -B build-gpu-torch -DPATHATTN_TORCH=ON -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=OFF -DPATHATTN_BENCH=OFF \
-      -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')" \
+  { cmake -S . -B build-gpu-torch -DPATHATTN_TORCH=ON -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=${TORCH_TESTS:-OFF} -DPATHATTN_BENCH=OFF \
+      -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')${GTEST_PREFIX:+;$GTEST_PREFIX}" \
       -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) &&
     make -C build-gpu-torch -j16 "$@"; } > "$OUT/$log" 2>&1
 }
@@ -74,11 +77,15 @@ run_sanitizers() {
 
 # googletest from the carried source when the image has none.
 PREFIX_ARGS=()
+GTEST_PREFIX=""
+HAVE_GTEST=ON
 if ! ls /usr/lib/x86_64-linux-gnu/cmake/GTest /usr/local/lib/cmake/GTest >/dev/null 2>&1; then
+  HAVE_GTEST=OFF
   if [ -d third_party_fetched/googletest ]; then
-    (cmake -S third_party_fetched/googletest -B /tmp/gtest-build -DCMAKE_INSTALL_PREFIX=/tmp/gtest -DBUILD_GMOCK=OFF \
-       >/dev/null && make -C /tmp/gtest-build -j16 install >/dev/null) || note "googletest build FAILED"
+    if (cmake -S third_party_fetched/googletest -B /tmp/gtest-build -DCMAKE_INSTALL_PREFIX=/tmp/gtest -DBUILD_GMOCK=OFF \
+       >/dev/null && make -C /tmp/gtest-build -j16 install >/dev/null); then HAVE_GTEST=ON; else note "googletest build FAILED"; fi
     PREFIX_ARGS=(-DCMAKE_PREFIX_PATH=/tmp/gtest)
+    GTEST_PREFIX=/tmp/gtest
   fi
 fi
 
@@ -207,12 +214,22 @@ if [ "$MODE" = torch ]; then
   # The torch extension and the C++ model against the machine's torch; pytest; forward+backward and peak memory
   # beside SDPA and fla (bench/cuda/bench_train.py); one training step of PaTH vs RoPE (model/bench_step_main.cpp).
   t0=$(date +%s)
-  if build_torch torch_build.log pathattn_torch bench_step; then
+  if TORCH_TESTS=$HAVE_GTEST build_torch torch_build.log pathattn_torch bench_step; then
     note "torch extension + model build: ok ($(( $(date +%s) - t0 )) s)"
     LIB=$(find build-gpu-torch -name 'libpathattn_torch.so' | head -1)
     t0=$(date +%s)
-    PATHATTN_LIBRARY=$LIB PYTHONPATH=$ROOT/python:$ROOT/third_party_fetched/fla timeout 300 python3 -m pytest -q ${PYTEST_ARGS:-tests/python} > "$OUT/pytest.log" 2>&1
+    PATHATTN_LIBRARY=$LIB PYTHONPATH=$ROOT/python:$ROOT/third_party_fetched/fla timeout ${PYTEST_TIMEOUT:-420} python3 -m pytest -q ${PYTEST_ARGS:-tests/python} > "$OUT/pytest.log" 2>&1
     note "pytest (torch $(python3 -c 'import torch;print(torch.__version__)')): $(tail -1 "$OUT/pytest.log") ($(( $(date +%s) - t0 )) s)"
+    # The model's KV-cache decoding through the CUDA decode kernels (gtest, label gpu), built apart so that a
+    # failure here leaves the benchmarks below running.
+    t0=$(date +%s)
+    if [ "$HAVE_GTEST" = ON ] && make -C build-gpu-torch -j16 test_model_cuda > "$OUT/model_cuda_build.log" 2>&1; then
+      timeout 300 build-gpu-torch/tests/test_model_cuda > "$OUT/model_cuda_tests.log" 2>&1
+      note "test_model_cuda: rc=$?, $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/model_cuda_tests.log" | tr '\n' ' ')($(( $(date +%s) - t0 )) s)"
+      grep -E '^\[  FAILED  \]' "$OUT/model_cuda_tests.log" | head -20 | tee -a "$SUMMARY"
+    else
+      note "test_model_cuda: not built (googletest: $HAVE_GTEST; see model_cuda_build.log)"
+    fi
     if [ "${DECODE_BENCH:-0}" = 1 ]; then
       t0=$(date +%s)
       PYTHONUNBUFFERED=1 PATHATTN_LIBRARY=$LIB PYTHONPATH=$ROOT/python:$ROOT/third_party_fetched/fla \

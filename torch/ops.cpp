@@ -131,13 +131,19 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> bwd(const Tensor& q, 
 }
 
 // One decoding step of S tokens on a caller-owned cache (docs/spec.md §4, pathattn::decode): the cache tensors are
-// updated in place (rows [len, len + S) appended, earlier keys carried), lengths advanced by S.
+// updated in place (rows [len, len + S) appended, earlier keys carried), lengths advanced by S. Registered for CPU
+// and CUDA alike: the dispatcher picks CUDA when any argument is a CUDA tensor, and the core then requires every
+// tensor, the cache's included, on q's device (its error names the tensor, e.g. a CPU cache with CUDA inputs:
+// "cache.k (output) must be on the device of q (cuda:0), got cpu"). On CUDA the kernels run on torch's current
+// stream with their scratch from torch's caching allocator, and read lengths on the device (nothing is read back).
 std::tuple<Tensor, Tensor> dec(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& beta,
                                const opt<Tensor>& g, opt<double> scale, const Tensor& cache_k, const Tensor& cache_v,
                                const opt<Tensor>& cache_gcum, const Tensor& cache_lengths) {
   return translate_errors([&] {
-    const Inputs in = make_inputs(q, k, v, w, beta, g, scale, opt<Tensor>());
+    std::vector<Tensor> workspace;
+    const Inputs in = make_inputs(q, k, v, w, beta, g, scale, opt<Tensor>(), &workspace);
     supports(in, Backend::automatic);  // shape validation first: the sizes read below exist
+    const c10::OptionalDeviceGuard guard(kernel_device(q));
     DecodeCache cache;
     cache.k = to_view(cache_k, "cache_k");
     cache.v = to_view(cache_v, "cache_v");

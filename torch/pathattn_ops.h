@@ -7,7 +7,8 @@
 //                 -> (Tensor dq, Tensor dk, Tensor dv, Tensor dw, Tensor dbeta, Tensor dg)
 //   pathattn::decode(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, float? scale,
 //                    Tensor(a!) cache_k, Tensor(b!) cache_v, Tensor(c!)? cache_gcum, Tensor(d!) cache_lengths)
-//                 -> (Tensor o, Tensor lse)          (CPU float32; the cache tensors are updated in place)
+//                 -> (Tensor o, Tensor lse)          (the cache tensors are updated in place; CPU float32, or
+//                                                     CUDA bf16/f16 q, k, v with the cache and lengths on q's device)
 // Absent outputs (kcache when not asked for, dg without a gate) are empty tensors of shape [0]: an op's
 // Tensor result cannot be None.
 #pragma once

@@ -35,20 +35,28 @@ PathAttentionOutput path_attention_ex(const torch::Tensor& q, const torch::Tenso
                                       bool deterministic = true);
 
 // Decoding state (docs/spec.md §4): the key cache of B sequences, owned by the caller, updated in place by decode().
-// CPU float32 for now (the core's decode()); after a prefill, from_prefill() holds its kcache, v and gates.
+// Its tensors live on one device, the device of the new tokens' q: CPU (the CPU decode: float32 inputs) or CUDA (the
+// CUDA decode kernels: bfloat16/float16 q, k, v, float32 w, beta, g; D = DV in {64, 128}; docs/cuda.md "Decode").
+// After a prefill, from_prefill() holds its kcache, v and gates on their device.
 struct DecodeState {
   torch::Tensor k;        // [B, Tmax, H, D] f32   rows [0, len): keys carried to each sequence's last token
   torch::Tensor v;        // [B, Tmax, H, DV] f32
   torch::Tensor gcum;     // [B, Tmax, HQ] f64     cumulative log gates; undefined without a gate
-  torch::Tensor lengths;  // [B] int32             cached tokens per sequence
+  torch::Tensor lengths;  // [B] int32             cached tokens per sequence, on the cache's device (on CUDA the
+                          //                       kernels read and advance it: no host work per step)
 
-  // An empty cache with room for Tmax tokens per sequence.
-  static DecodeState empty(int64_t B, int64_t Tmax, int64_t H, int64_t HQ, int64_t D, int64_t DV, bool gated);
-  // The cache after a prefill of T tokens (path_attention_ex(..., with_kcache = true)), with room for Tmax >= T:
-  // kcache [B, T, H, D], v [B, T, H, DV], g [B, T, HQ] or undefined.
+  // An empty cache with room for Tmax tokens per sequence, on `device`.
+  static DecodeState empty(int64_t B, int64_t Tmax, int64_t H, int64_t HQ, int64_t D, int64_t DV, bool gated,
+                           torch::Device device = torch::kCPU);
+  // The cache after a prefill of T tokens (path_attention_ex(..., with_kcache = true)), with room for Tmax >= T, on
+  // kcache's device (v and g must be there too): kcache [B, T, H, D] (any floating dtype, e.g. the CUDA prefill's
+  // bfloat16; stored as f32), v [B, T, H, DV], g [B, T, HQ] or undefined.
   static DecodeState from_prefill(const torch::Tensor& kcache, const torch::Tensor& v, const torch::Tensor& g,
                                   int64_t Tmax);
-  // Room for n more tokens per sequence: Tmax doubles (or grows to fit) when the cache would overflow.
+  // Room for n more tokens per sequence: Tmax doubles (or grows to fit) when the cache would overflow. It reads the
+  // lengths to the host: on CUDA that synchronises with the current stream (and cannot be graph-captured); a caller
+  // that knows the lengths (a model counting its tokens) calls it only when Tmax would be exceeded, and a CUDA-graph
+  // user allocates the room beforehand (empty() / from_prefill() with a large Tmax).
   void reserve(int64_t n);
 };
 
@@ -59,7 +67,10 @@ struct DecodeOutput {
 
 // Appends S new tokens per sequence (q [B, S, HQ, D], k and w [B, S, H, D], v [B, S, H, DV], beta [B, S, H],
 // g [B, S, HQ] iff the cache has gates) and attends them to the cache: equal to path_attention over the whole
-// sequence, to rounding. No gradients.
+// sequence, to rounding. The inputs are on the cache's device (a mismatch is a c10::Error naming the tensor). CUDA:
+// on torch's current stream, reading nothing back to the host (scratch from torch's caching allocator); a call of
+// S tokens runs S single steps; a sequence without room for them gets NaN o and lse and is left as it was (the CPU
+// throws instead: call reserve() first). No gradients.
 DecodeOutput decode(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& w,
                     const torch::Tensor& beta, DecodeState& state,
                     const std::optional<torch::Tensor>& g = std::nullopt, std::optional<double> scale = std::nullopt);

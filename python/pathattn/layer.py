@@ -14,14 +14,17 @@ from .ops import DecodeCache, decode, path_attention, prefill
 class PaTHLayerCache:
     """Decoding state of one PaTHAttention layer (pass the same object to every call of one generation): the
     key cache (a DecodeCache: keys carried to each sequence's last token, values, gates) and the last
-    conv_size - 1 inputs of the w short convolution. Empty until the first call (the prefill) fills it."""
+    conv_size - 1 inputs of the w short convolution, both on the layer's device. Empty until the first call (the
+    prefill) fills it. len() is the number of cached tokens, counted on the host (every sequence of the batch
+    advances together), so a CUDA decoding step reads nothing back from the device."""
 
     def __init__(self):
         self.kv: Optional[DecodeCache] = None
         self.conv: Optional[torch.Tensor] = None  # [B, conv_size - 1, H * D]
+        self.length = 0  # tokens in the cache, the same for every sequence (== kv.lengths)
 
     def __len__(self):
-        return 0 if self.kv is None else int(self.kv.lengths.max())
+        return self.length
 
 
 class RMSNorm(nn.Module):
@@ -33,9 +36,11 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
+        # In x's dtype, gain included (as model/attention.cpp's RMSNorm): a bfloat16 q under autocast must stay
+        # bfloat16 for the CUDA op, not be promoted to float32 by the float32 gain.
         xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return y.to(x.dtype) * self.weight
+        return (y * self.weight).to(x.dtype)
 
 
 class ShortConvolution(nn.Conv1d):
@@ -83,8 +88,9 @@ class PaTHAttention(nn.Module):
     G_j), fla's convention (its layer scales the gate by head_dim^-1/2), for fla checkpoints.
 
     Generation: forward(x, cache=PaTHLayerCache()) runs the prompt (prefill) and keeps the layer's state; later
-    calls with the same cache append their tokens (pathattn.decode, CPU float32 for now), as if the whole
-    sequence had been run at once. No gradients flow through a call with a cache."""
+    calls with the same cache append their tokens (pathattn.decode: CPU float32, or CUDA with q, k, v in
+    bfloat16/float16 as the layer gives them under autocast or in bfloat16), as if the whole sequence had been run
+    at once. No gradients flow through a call with a cache."""
 
     def __init__(
         self,
@@ -191,12 +197,15 @@ class PaTHAttention(nn.Module):
 
         if cache is None:
             o = path_attention(q, k, v, w, beta, g, cu_seqlens=cu_seqlens)  # [B, T, HQ, D]
-        elif cache.kv is None:  # prefill
+        elif cache.kv is None:  # prefill: the key cache on the tokens' device
             with torch.no_grad():
                 o, _, kcache = prefill(q, k, v, w, beta, g)
                 cache.kv = DecodeCache.from_prefill(kcache, v, g, Tmax=2 * T)
+                cache.length = T
         else:
             with torch.no_grad():
-                cache.kv.reserve(T)
+                if cache.length + T > cache.kv.k.shape[1]:  # grow only when full (reserve reads the lengths back)
+                    cache.kv.reserve(T)
                 o = decode(q, k, v, w, beta, cache.kv, g=g)
+                cache.length += T
         return self.o_proj(o.reshape(B, T, HQ * D))

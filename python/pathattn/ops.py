@@ -75,25 +75,40 @@ def prefill(q, k, v, w, beta, g=None, scale=None, cu_seqlens=None):
 class DecodeCache:
     """The state of decode() for B sequences (docs/spec.md §4), updated in place: k [B, Tmax, H, D] (keys carried
     to each sequence's last token), v [B, Tmax, H, DV], gcum [B, Tmax, HQ] f64 cumulative log gates (None without a
-    gate), lengths [B] int32. CPU float32 for now."""
+    gate), lengths [B] int32. All on one device, the device of the tokens decode() gets: the CPU (float32 inputs)
+    or a CUDA device (bfloat16/float16 q, k, v, float32 w, beta, g, D = DV in {64, 128}), where lengths stays on
+    the device and the kernels read and advance it."""
 
-    def __init__(self, B, Tmax, H, D, DV=None, HQ=None, gated=False):
+    def __init__(self, B, Tmax, H, D, DV=None, HQ=None, gated=False, device=None):
         DV = D if DV is None else DV
         HQ = H if HQ is None else HQ
-        self.k = torch.zeros(B, Tmax, H, D)
-        self.v = torch.zeros(B, Tmax, H, DV)
-        self.gcum = torch.zeros(B, Tmax, HQ, dtype=torch.float64) if gated else None
-        self.lengths = torch.zeros(B, dtype=torch.int32)
+        device = torch.device("cpu") if device is None else torch.device(device)
+        self.k = torch.zeros(B, Tmax, H, D, device=device)
+        self.v = torch.zeros(B, Tmax, H, DV, device=device)
+        self.gcum = torch.zeros(B, Tmax, HQ, dtype=torch.float64, device=device) if gated else None
+        self.lengths = torch.zeros(B, dtype=torch.int32, device=device)
+
+    @property
+    def device(self):
+        return self.k.device
 
     @classmethod
     def from_prefill(cls, kcache, v, g=None, Tmax=None):
         """The cache after prefill(): kcache [B, T, H, D] from it, the prefill's v [B, T, H, DV] and g [B, T, HQ]
-        (or None), with room for Tmax >= T tokens per sequence (default: T, i.e. full)."""
+        (or None), with room for Tmax >= T tokens per sequence (default: T, i.e. full), on kcache's device (v and g
+        must be there too). A bfloat16 kcache (the CUDA prefill's, in k's dtype) is stored as float32."""
         B, T, H, D = kcache.shape
         Tmax = T if Tmax is None else Tmax
         if Tmax < T:
             raise RuntimeError(f"pathattn: DecodeCache.from_prefill: Tmax = {Tmax} must hold the prefill's T = {T}")
-        c = cls(B, Tmax, H, D, v.shape[3], g.shape[2] if g is not None else H, gated=g is not None)
+        for name, t in (("v", v), ("g", g)):
+            if t is not None and t.device != kcache.device:
+                raise RuntimeError(
+                    f"pathattn: DecodeCache.from_prefill: {name} must be on kcache's device ({kcache.device}), "
+                    f"got {t.device}"
+                )
+        c = cls(B, Tmax, H, D, v.shape[3], g.shape[2] if g is not None else H, gated=g is not None,
+                device=kcache.device)
         c.k[:, :T] = kcache
         c.v[:, :T] = v
         if g is not None:
@@ -102,7 +117,9 @@ class DecodeCache:
         return c
 
     def reserve(self, n):
-        """Room for n more tokens per sequence: Tmax doubles (or grows to fit) when the cache would overflow."""
+        """Room for n more tokens per sequence: Tmax doubles (or grows to fit) when the cache would overflow. Reads
+        the lengths to the host, which on CUDA waits for the queued work (PaTHLayerCache counts its tokens and calls
+        this only when the room would run out; a CUDA-graph user allocates the room before capturing)."""
         need = int(self.lengths.max()) + n
         Tmax = self.k.shape[1]
         if need <= Tmax:
@@ -112,7 +129,7 @@ class DecodeCache:
         def grow(t):
             if t is None:
                 return None
-            g = t.new_zeros((t.shape[0], T2) + tuple(t.shape[2:]))
+            g = t.new_zeros((t.shape[0], T2) + tuple(t.shape[2:]))  # on t's device
             g[:, :Tmax] = t
             return g
 
@@ -124,7 +141,11 @@ def decode(q, k, v, w, beta, cache, g=None, scale=None, return_lse=False):
     """Appends S new tokens per sequence to `cache` (a DecodeCache, updated in place) and attends them to it:
     q [B, S, HQ, D], k and w [B, S, H, D], v [B, S, H, DV], beta [B, S, H], g [B, S, HQ] iff the cache is gated.
     Returns o [B, S, HQ, DV] (and lse [B, S, HQ] with return_lse): equal, to rounding, to path_attention over
-    the whole sequences. S > 1 carries the cache with one UT factor per 64 tokens (docs/spec.md §4). No gradients."""
+    the whole sequences. The tokens are on the cache's device (else a RuntimeError naming the tensor). CPU: float32,
+    S > 1 carries the cache with one UT factor per 64 tokens (docs/spec.md §4), a cache without room for S more is
+    an error. CUDA: bfloat16/float16 q, k, v with float32 w, beta, g, on torch's current stream, nothing read back
+    to the host; S > 1 runs S single steps; a sequence without room gets NaN outputs and is left as it was (call
+    cache.reserve(S) first). No gradients."""
     _check_dense(q=q, k=k, v=v, w=w, beta=beta, g=g)
     scale = None if scale is None else float(scale)
     o, lse = torch.ops.pathattn.decode(

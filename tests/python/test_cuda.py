@@ -85,8 +85,9 @@ def test_runs_on_the_current_stream():
 
 
 def test_decode_on_cuda_with_a_cpu_cache_is_a_named_error():
-    """The CUDA decode keeps its cache (and lengths) on q's device; DecodeCache is on the CPU: CUDA tensors with it get
-    the core's message naming the cache, not a dispatcher error."""
+    """The CUDA decode keeps its cache (and lengths) on q's device; DecodeCache(...) without a device is on the CPU:
+    CUDA tensors with it get the core's message naming the cache, not a dispatcher error (a CUDA cache:
+    tests/python/test_decode_cuda.py)."""
     x = random_inputs(1, 2, 1, 1, D, D, seed=14)
     xc = cuda_inputs(x)
     xc.pop("cu_seqlens")

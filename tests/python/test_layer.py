@@ -128,3 +128,15 @@ def test_fla_gate_scale_scales_the_gate(captured):
     torch.testing.assert_close(captured[1]["g"], captured[0]["g"] * 16 ** -0.5)
     with pytest.raises(ValueError, match="gate_scale"):
         pathattn.PaTHAttention(hidden_size=64, num_heads=4, gate_scale="sqrt")
+
+
+def test_rms_norm_keeps_the_input_dtype():
+    """The q / k norm returns its input's dtype with the float32 gain applied (as model/attention.cpp's RMSNorm):
+    under autocast the layer's bfloat16 q and k must reach the CUDA op as bfloat16, not promoted to float32."""
+    norm = layer_module.RMSNorm(8)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 2.0)
+    x = torch.randn(3, 8).bfloat16()
+    y = norm(x)
+    assert y.dtype == torch.bfloat16
+    assert torch.equal(y, norm(x.float()).bfloat16())  # computed in f32, gain included, rounded once

@@ -27,3 +27,11 @@ LOW_PRECISION_ATOL = 1e-3
 # moves a bf16 gradient element by at most about one bf16 ulp (2^-8 relative) when the rounding tips; relative L2
 # of the difference well under 2^-7. A missed or doubled contribution is O(1).
 SUMMATION_ORDER_BF16_RTOL = 2.0 ** -7
+
+# The CUDA decode (f32 on CUDA cores) against the CPU decode from the same cache on the same bf16-rounded inputs: both
+# f32 with different summation orders, a few eps * sqrt(terms) ~ 1e-6 relative per step, not amplified by the carry
+# (|H_t| <= 1), so far below 1e-4 in relative L2; a wrong row, head or carry is O(1e-2) or more (the same number as
+# kCudaDecodeVsCpu in tests/tolerances.h). o is stored in bf16, which adds at most its unit roundoff (round to
+# nearest) per element, so at most that in relative L2.
+CUDA_DECODE_VS_CPU_RTOL = 1e-4
+BF16_UNIT_ROUNDOFF = 2.0 ** -8

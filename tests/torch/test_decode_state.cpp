@@ -50,4 +50,25 @@ TEST(DecodeState, FullCacheIsANamedError) {
   }
 }
 
+// The state is made on kcache's device: a v or g elsewhere is an error naming it, not a silent copy (the meta device
+// stands in for a second device on a CPU-only machine).
+TEST(DecodeState, FromPrefillRefusesTensorsOnTwoDevices) {
+  const Tensor kcache = torch::zeros({1, 3, 1, 8}), meta = torch::zeros({1, 3, 1, 8}, torch::Device(torch::kMeta));
+  auto message = [&](const Tensor& v, const Tensor& g) -> std::string {
+    try {
+      pathattn::DecodeState::from_prefill(kcache, v, g, 4);
+    } catch (const c10::Error& e) {
+      return e.what();
+    }
+    return "did not throw";
+  };
+  EXPECT_NE(message(meta, Tensor()).find("v must be on kcache's device (cpu), got meta"), std::string::npos)
+      << message(meta, Tensor());
+  const Tensor g_meta = torch::zeros({1, 3, 1}, torch::Device(torch::kMeta));
+  EXPECT_NE(message(kcache, g_meta).find("g must be on kcache's device (cpu), got meta"), std::string::npos)
+      << message(kcache, g_meta);
+  // The state's device follows kcache (CPU here; tests/model/test_model_cuda.cpp and test_decode_cuda.py on CUDA).
+  EXPECT_EQ(pathattn::DecodeState::from_prefill(kcache, kcache, Tensor(), 4).lengths.device(), kcache.device());
+}
+
 }  // namespace

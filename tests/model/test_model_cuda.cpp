@@ -1,0 +1,219 @@
+// The model's PaTH decoding on CUDA (label gpu; run by tools/gpu_check.sh torch): with a KV cache the layer and the
+// model decode through the op's CUDA decode kernels (the cache on the device, no re-run of the sequence), and their
+// outputs equal the full forward's by FlashAttention's rule against the same model in f64; greedy generation equals
+// the argmax of repeated full forwards. The CUDA cases skip without a CUDA device. Each test also has a CPU
+// instance (f32 and bf16 autocast through the CPU decode) with the same steps and checks, so that the test's logic
+// runs on a machine without a GPU (./test_model_cuda there).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "precision.h"
+#include "tolerances.h"
+#include "tolerances_model.h"
+#include "transformer.h"
+#if __has_include("generate.h")
+#include "generate.h"  // generate() moves there with the model's generation work; before, transformer.h declares it
+#endif
+
+using namespace pathattn::model;
+namespace tol = pathattn::test::tol;
+
+namespace {
+
+// head_dim 64 (the CUDA kernels' D); GQA with 2 query heads per kv head.
+ModelConfig config(Mechanism m) {
+  ModelConfig c;
+  c.vocab = 11;
+  c.n_layer = 2;
+  c.d_model = 256;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.mechanism = m;
+  return c;
+}
+
+// The relative L2 error of a against the f64 result ref (the measure of tests/tolerances.h's low-precision rule).
+double rel_err(const torch::Tensor& a, const torch::Tensor& ref) {
+  auto r = ref.to(torch::kCPU, torch::kDouble);
+  return (a.to(torch::kCPU, torch::kDouble) - r).norm().item<double>() / r.norm().item<double>();
+}
+
+// dst's parameters := src's (any devices and dtypes).
+void copy_parameters(torch::nn::Module& dst, const torch::nn::Module& src) {
+  torch::NoGradGuard ng;
+  auto from = src.named_parameters();
+  for (auto& p : dst.named_parameters()) p.value().copy_(from[p.key()]);
+}
+
+// q_proj and k_proj weights times 5 (std 0.1): at the N(0, 0.02) initialisation the logits are ~0.1, attention is
+// nearly uniform and the keys (so the cache's carry) barely show in the output; at ~2.5 a wrong carry is O(1e-1).
+void sharpen_attention(torch::nn::Module& m) {
+  torch::NoGradGuard ng;
+  for (auto& p : m.named_parameters()) {
+    const std::string& name = p.key();
+    auto ends_with = [&](const std::string& tail) {
+      return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    if (ends_with("q_proj.weight") || ends_with("k_proj.weight")) p.value().mul_(5.0);
+  }
+}
+
+using Case = std::tuple<std::string, Precision>;  // device, precision
+
+class ModelCudaDecode : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    if (device().is_cuda() && !torch::cuda::is_available())
+      GTEST_SKIP() << "needs a CUDA device (this machine has none); runs on the H200 machine (tools/gpu_check.sh torch)";
+  }
+  torch::Device device() const { return torch::Device(std::get<0>(GetParam())); }
+  Precision precision() const { return std::get<1>(GetParam()); }
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  return std::get<0>(info.param) + "_" + precision_name(std::get<1>(info.param));
+}
+
+// The PaTH decode state of every layer: on the model's device, not the re-run's saved inputs.
+void expect_op_decoding(const KVCache& cache, torch::Device dev, int64_t tokens, const std::string& what) {
+  for (size_t l = 0; l < cache.size(); ++l) {
+    const LayerCache& c = cache[l];
+    EXPECT_FALSE(c.x.defined()) << what << ", layer " << l << ": decoding re-ran the sequence instead of the op's decode";
+    ASSERT_TRUE(c.path.k.defined()) << what << ", layer " << l;
+    EXPECT_EQ(c.path.k.device(), dev) << what << ", layer " << l;
+    EXPECT_EQ(c.path.lengths.device(), dev) << what << ", layer " << l;
+    EXPECT_EQ(c.path.lengths.min().item<int64_t>(), tokens) << what << ", layer " << l;
+    EXPECT_EQ(c.path.lengths.max().item<int64_t>(), tokens) << what << ", layer " << l;
+    EXPECT_EQ(c.pos, tokens) << what << ", layer " << l;
+  }
+}
+
+// The layer (PaTH and PaTH-FoX, GQA): a prompt of 40 tokens, single tokens and a 5-token step up to 110 (past the
+// state's first room of 40 + 64, so it grows once), against one forward over the 110 tokens. Rule (tests/tolerances.h,
+// FlashAttention's): the cached run's error against the same layer in f64 is at most kLowPrecisionFactor times the
+// full forward's own (bf16 enters both through the op's bf16 q, k, v and, under autocast, the projections) plus
+// kLowPrecisionAbs.
+TEST_P(ModelCudaDecode, LayerWithACacheEqualsItsFullForward) {
+  const torch::Device dev = device();
+  for (auto m : {Mechanism::path, Mechanism::path_fox}) {
+    const std::string what = std::string(mechanism_name(m)) + " on " + dev.str() + ", " + precision_name(precision());
+    torch::manual_seed(5);
+    const ModelConfig cfg = config(m);
+    Attention layer(cfg), ref(cfg);
+    sharpen_attention(*layer);
+    copy_parameters(*ref, *layer);
+    layer->to(dev);
+    ref->to(torch::kDouble);
+    torch::NoGradGuard ng;
+    auto x = torch::randn({2, 110, cfg.d_model});
+    auto xd = x.to(dev);
+    torch::Tensor full, cached;
+    LayerCache cache;
+    {
+      AutocastGuard ac(dev, precision());
+      full = layer->forward(xd);
+      std::vector<torch::Tensor> parts{layer->forward(xd.narrow(1, 0, 40), &cache)};
+      std::vector<int64_t> steps{1, 1, 5};
+      steps.resize(steps.size() + 63, 1);
+      int64_t t = 40;
+      for (int64_t s : steps) {
+        parts.push_back(layer->forward(xd.narrow(1, t, s), &cache));
+        t += s;
+      }
+      ASSERT_EQ(t, 110);
+      cached = torch::cat(parts, 1);
+    }
+    expect_op_decoding({cache}, dev, 110, what);
+    EXPECT_EQ(cache.path.k.size(1), 2 * (40 + 64)) << what << ": the room grows once";
+    EXPECT_EQ(cache.conv.device(), dev) << what;
+    const auto y64 = ref->forward(x.to(torch::kDouble));
+    const double err_full = rel_err(full, y64), err_cached = rel_err(cached, y64);
+    EXPECT_LE(err_cached, tol::kLowPrecisionFactor * err_full + tol::kLowPrecisionAbs)
+        << what << ": full forward's error " << err_full;
+  }
+}
+
+// The model: a prompt of 20 tokens, then single tokens and a 5-token step, the logits against the full forward's by
+// the same rule, with the same model in f64 as the reference.
+TEST_P(ModelCudaDecode, KVCacheDecodingEqualsFullForward) {
+  const torch::Device dev = device();
+  for (auto m : {Mechanism::path, Mechanism::path_fox}) {
+    const std::string what = std::string(mechanism_name(m)) + " on " + dev.str() + ", " + precision_name(precision());
+    torch::manual_seed(6);
+    const ModelConfig cfg = config(m);
+    Transformer model(cfg), ref(cfg);
+    sharpen_attention(*model);
+    copy_parameters(*ref, *model);
+    model->to(dev);
+    ref->to(torch::kDouble);
+    torch::NoGradGuard ng;
+    auto tokens = torch::randint(0, cfg.vocab, {2, 100}, torch::kLong);
+    auto td = tokens.to(dev);
+    torch::Tensor full, cached;
+    KVCache cache;
+    {
+      AutocastGuard ac(dev, precision());
+      full = model->forward(td);
+      std::vector<torch::Tensor> parts{model->forward(td.narrow(1, 0, 20), &cache)};
+      for (int64_t t = 20; t < 95; ++t) parts.push_back(model->forward(td.narrow(1, t, 1), &cache));
+      parts.push_back(model->forward(td.narrow(1, 95, 5), &cache));
+      cached = torch::cat(parts, 1);
+    }
+    expect_op_decoding(cache, dev, 100, what);
+    const auto logits64 = ref->forward(tokens);
+    const double err_full = rel_err(full, logits64), err_cached = rel_err(cached, logits64);
+    EXPECT_LE(err_cached, tol::kLowPrecisionFactor * err_full + tol::kLowPrecisionAbs)
+        << what << ": full forward's error " << err_full;
+  }
+}
+
+// generate() (prefill, then one token per call through the cache) against the argmax of a full forward over each
+// generated prefix. The two differ by low-precision rounding, so a token may differ only where the full forward's
+// best and the generated token's logits are within twice test_tol::kBf16VsF32 of the logits' largest magnitude (each
+// side within it of the exact result: it bounds a bf16 autocast forward, of which these runs are at most one); most
+// positions must be decided (gap beyond that), so the check is not vacuous.
+TEST_P(ModelCudaDecode, GreedyGenerationMatchesRepeatedFullForward) {
+  const torch::Device dev = device();
+  for (auto m : {Mechanism::path, Mechanism::path_fox}) {
+    const std::string what = std::string(mechanism_name(m)) + " on " + dev.str() + ", " + precision_name(precision());
+    torch::manual_seed(7);
+    Transformer model(config(m));
+    sharpen_attention(*model);
+    model->to(dev);
+    auto prompt = torch::randint(0, model->config().vocab, {2, 12}, torch::kLong).to(dev);
+    AutocastGuard ac(dev, precision());
+    const int64_t n = 16;
+    auto gen = generate(model, prompt, n);
+    ASSERT_EQ(gen.sizes(), (std::vector<int64_t>{2, 12 + n})) << what;
+    torch::NoGradGuard ng;
+    int decided = 0, positions = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      auto logits = model->forward(gen.narrow(1, 0, 12 + i)).select(1, -1).to(torch::kCPU, torch::kDouble);  // [B, V]
+      const double window = 2 * test_tol::kBf16VsF32 * logits.abs().max().item<double>();
+      auto top2 = std::get<0>(logits.topk(2, -1));
+      for (int64_t b = 0; b < gen.size(0); ++b) {
+        const int64_t token = gen[b][12 + i].item<int64_t>();
+        const double best = top2[b][0].item<double>(), gap = best - logits[b][token].item<double>();
+        ++positions;
+        if (top2[b][0].item<double>() - top2[b][1].item<double>() > window) {
+          ++decided;
+          EXPECT_EQ(gap, 0.0) << what << ": sequence " << b << ", token " << 12 + i << " is not the full forward's argmax";
+        } else {
+          EXPECT_LE(gap, window) << what << ": sequence " << b << ", token " << 12 + i;
+        }
+      }
+    }
+    EXPECT_GE(2 * decided, positions) << what << ": too few positions with a clear argmax to check";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, ModelCudaDecode,
+                         ::testing::Values(Case{"cpu", Precision::f32}, Case{"cpu", Precision::bf16},
+                                           Case{"cuda", Precision::f32}, Case{"cuda", Precision::bf16}),
+                         case_name);
+
+}  // namespace
