@@ -7,6 +7,12 @@
 //   bench_step                          # GPU default: path, path-fox, rope; width 768, 12 layers, 12 heads (D 64),
 //                                       # vocab 8192 (about 98M parameters), T 4096, batch 8, bf16
 //   bench_step --device cpu --width 64 --layers 2 --heads 2 --T 128 --batch 2 --steps 2   # the CPU smoke test
+//   bench_step ... --data-task mqrar --T 767     # also times drawing one batch of the task's training data (on the
+//                                                # host, then moved to the device): a row "data:mqrar"
+//
+// --data-task flipflop|a5|mqrar: the task with its default options except the length, which --T sets (a5 length T,
+// flip-flop (T + 1) / 2 pairs, MQRAR length T + 1), drawn as the trainer draws it (draw_batch, --batch sequences);
+// tools/sweep_synthetic.py uses it for the host's share of a training step.
 //
 // No CLI11 here (the GPU image may not have it): options are --name value pairs.
 #include <torch/torch.h>
@@ -34,7 +40,7 @@ struct Options {
   int64_t width = 768, layers = 12, heads = 12, mlp = 0, vocab = 8192, T = 4096, batch = 8;
   int64_t warmup = 3, steps = 10, threads = 0, seed = 1;
   double lr = 3e-4;
-  std::string device = "auto", precision = "auto", csv;
+  std::string device = "auto", precision = "auto", csv, data_task;
 };
 
 // --name value pairs into opt; false (with a message) on an unknown name, a missing value or --help.
@@ -56,6 +62,7 @@ bool parse(int argc, char** argv, Options& o) {
       {"--device", [&](const std::string& v) { o.device = v; }},
       {"--precision", [&](const std::string& v) { o.precision = v; }},
       {"--csv", [&](const std::string& v) { o.csv = v; }},
+      {"--data-task", [&](const std::string& v) { o.data_task = v; }},
   };
   for (int i = 1; i < argc; i += 2) {
     const std::string name = argv[i];
@@ -65,7 +72,7 @@ bool parse(int argc, char** argv, Options& o) {
       std::cerr << "options (--name value):";
       for (const auto& [n, f] : set) std::cerr << " " << n;
       std::cerr << "\n  --mechanisms: comma list of path, path-fox, rope, fox, nope; --device auto|cpu|cuda; "
-                   "--precision auto|f32|bf16; --mlp 0: 8/3 width\n";
+                   "--precision auto|f32|bf16; --mlp 0: 8/3 width; --data-task flipflop|a5|mqrar\n";
       return false;
     }
     try {
@@ -206,6 +213,36 @@ int main(int argc, char** argv) {
       if (csv.is_open())
         csv << r.name << "," << r.params << "," << o.batch << "," << o.T << "," << med << "," << mn << "," << tok_s
             << "," << ratio << "," << r.loss << ",\n";
+    }
+    if (!o.data_task.empty()) {
+      // The task at this T (see the header); refused when T is not one of its lengths.
+      TaskConfig task_cfg;
+      task_cfg.name = o.data_task;
+      if (o.data_task == "a5") task_cfg.a5.length = o.T;
+      else if (o.data_task == "flipflop") task_cfg.flipflop.pairs = (o.T + 1) / 2;
+      else if (o.data_task == "mqrar") task_cfg.mqrar.length = o.T + 1;
+      else throw std::invalid_argument("--data-task: expected flipflop, a5 or mqrar, got '" + o.data_task + "'");
+      auto task = make_task(task_cfg);
+      if (task->seq_len() != o.T)
+        throw std::invalid_argument("--T: " + o.data_task + " has no length " + std::to_string(o.T) +
+                                    " (nearest: " + std::to_string(task->seq_len()) + ")");
+      std::vector<double> ms;
+      for (int64_t i = 0; i < o.warmup + o.steps; ++i) {
+        sync();
+        const auto t0 = std::chrono::steady_clock::now();
+        auto b = draw_batch(*task, tc, i);
+        auto on_dev = std::vector<torch::Tensor>{b.input.to(dev), b.target.to(dev), b.mask.to(dev)};
+        sync();
+        const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        if (i >= o.warmup) ms.push_back(t);
+      }
+      if (ms.empty()) throw std::invalid_argument("--steps: expected >= 1 with --data-task, got 0");
+      const double med = median(ms), mn = *std::min_element(ms.begin(), ms.end());
+      const std::string name = "data:" + o.data_task;
+      std::printf("%-10s %9s %12.2f %10.2f %12.0f\n", name.c_str(), "-", med, mn, o.batch * o.T / (med / 1e3));
+      if (csv.is_open())
+        csv << name << ",0," << o.batch << "," << o.T << "," << med << "," << mn << "," << o.batch * o.T / (med / 1e3)
+            << ",,,\n";
     }
     return failed ? 2 : 0;
   } catch (const std::exception& e) {

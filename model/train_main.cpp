@@ -52,6 +52,10 @@ int main(int argc, char** argv) {
   app.add_option("--log-every", tc.log_every, "progress line every n steps")->capture_default_str();
   app.add_option("--ckpt-every", tc.ckpt_every, "checkpoint every n steps (0: at the end)")->capture_default_str();
   app.add_option("--stop-error", tc.stop_error, "stop once in-distribution error <= this (-1: never)")->capture_default_str();
+  app.add_option("--stop-seq-error", tc.stop_seq_error,
+                 "stop once the in-distribution sequence error (fraction of sequences with a wrong scored position) "
+                 "<= this (-1: never; synthetic tasks)")
+      ->capture_default_str();
   app.add_option("--out", tc.out_dir, "output folder: metrics.csv, metrics.json, ckpt/");
   app.add_flag("--resume", tc.resume, "resume from <out>/ckpt if present");
   app.add_option("--grad-accum", tc.grad_accum, "micro-batches of --batch sequences per optimizer step")
@@ -112,6 +116,10 @@ int main(int argc, char** argv) {
          << ", \"parameters\": " << model->num_parameters() << ",\n"
          << "  \"seq_len\": " << task->seq_len() << ", \"batch\": " << tc.batch << ", \"steps\": " << tc.steps
          << ", \"steps_done\": " << r.steps_done << ", \"complete\": " << (r.steps_done == tc.steps ? "true" : "false")
+         << ",\n  \"stop_reason\": \"" << r.stop_reason << "\", \"finished\": "
+         << (r.stop_reason == "steps" || r.stop_reason == "stop_error" || r.stop_reason == "stop_seq_error" ? "true"
+                                                                                                           : "false")
+         << ", \"stop_error\": " << json_num(tc.stop_error) << ", \"stop_seq_error\": " << json_num(tc.stop_seq_error)
          << ", \"lr\": " << tc.lr << ", \"seed\": " << tc.seed << ",\n"
          << "  \"grad_accum\": " << tc.grad_accum << ", \"tokens_per_step\": " << r.tokens_per_step
          << ", \"tokens_seen\": " << r.tokens_per_step * r.steps_done << ",\n"
@@ -131,6 +139,14 @@ int main(int argc, char** argv) {
         js << (first ? "" : ", ") << "\"" << k << "\": " << json_num(v);
         first = false;
       }
+      if (!task->language_model()) {
+        js << "},\n  \"sequence_error\": {";
+        first = true;
+        for (const auto& [k, v] : r.final_eval.seq_error) {
+          js << (first ? "" : ", ") << "\"" << k << "\": " << json_num(v);
+          first = false;
+        }
+      }
       if (task->language_model()) {
         js << "},\n  \"perplexity\": {";
         first = true;
@@ -142,7 +158,14 @@ int main(int argc, char** argv) {
       js << "},\n  \"position_accuracy\": [";
       for (size_t i = 0; i < r.final_eval.pos_accuracy.size(); ++i)
         js << (i ? ", " : "") << json_num(r.final_eval.pos_accuracy[i]);
-      js << "]\n}\n";
+      js << "]";
+      if (!task->language_model()) {
+        js << ",\n  \"prefix_sequence_accuracy\": [";
+        for (size_t i = 0; i < r.final_eval.prefix_seq_accuracy.size(); ++i)
+          js << (i ? ", " : "") << json_num(r.final_eval.prefix_seq_accuracy[i]);
+        js << "]";
+      }
+      js << "\n}\n";
     }
   } catch (const std::exception& e) {
     std::cerr << "pathattn_train: " << e.what() << std::endl;

@@ -113,6 +113,30 @@ torch::Tensor train_step(Transformer& model, torch::optim::AdamW& opt, const Bat
   return train_step(model, opt, std::vector<Batch>{b}, cfg);
 }
 
+ScoreCounts score_batch(const torch::Tensor& logits, const Batch& b) {
+  torch::NoGradGuard no_grad;
+  const int64_t T = b.mask.size(1);
+  auto mask = b.mask.to(logits.device());
+  auto right = (logits.argmax(-1) == b.target.to(logits.device())) & mask;  // [B, T]
+  auto wrong = mask & ~right;
+  auto has = mask.any(1), any_wrong = wrong.any(1);  // [B]
+  // Position t of a sequence is "prefix right" when none of its scored positions 0..t is wrong.
+  auto prefix_right = (wrong.to(torch::kLong).cumsum(1) == 0);
+  ScoreCounts c;
+  c.scored = mask.sum().item<int64_t>();
+  c.wrong = wrong.sum().item<int64_t>();
+  c.sequences = has.sum().item<int64_t>();
+  c.seq_wrong = any_wrong.sum().item<int64_t>();
+  auto ps = mask.sum(0).cpu(), pr = right.sum(0).cpu(), px = prefix_right.sum(0).cpu();
+  auto aps = ps.accessor<int64_t, 1>(), apr = pr.accessor<int64_t, 1>(), apx = px.accessor<int64_t, 1>();
+  for (int64_t t = 0; t < T; ++t) {
+    c.pos_scored.push_back(aps[t]);
+    c.pos_right.push_back(apr[t]);
+    c.prefix_right.push_back(apx[t]);
+  }
+  return c;
+}
+
 EvalResult evaluate(Transformer& model, const std::vector<EvalSet>& sets, int64_t eval_batch, torch::Device dev,
                     Precision precision) {
   torch::NoGradGuard no_grad;
@@ -122,29 +146,41 @@ EvalResult evaluate(Transformer& model, const std::vector<EvalSet>& sets, int64_
   for (size_t si = 0; si < sets.size(); ++si) {
     const auto& set = sets[si];
     const int64_t n = set.data.input.size(0), T = set.data.input.size(1);
-    double wrong = 0, count = 0, loss_sum = 0;
-    std::vector<double> pos_ok(T, 0.0), pos_n(T, 0.0);
+    double loss_sum = 0;
+    ScoreCounts total;
+    total.pos_scored.assign(T, 0);
+    total.pos_right.assign(T, 0);
+    total.prefix_right.assign(T, 0);
+    int64_t seen = 0;  // sequences evaluated (the denominator of prefix_seq_accuracy)
     for (int64_t s = 0; s < n; s += eval_batch) {
       auto b = to_device(slice(set.data, s, std::min(eval_batch, n - s)), dev);
       auto logits = model->forward(b.input);  // [B, T, V]
-      auto ok = (logits.argmax(-1) == b.target) & b.mask;
-      const int64_t m = b.mask.sum().item<int64_t>();
-      if (m == 0) continue;
-      loss_sum += masked_loss(logits, b).item<double>() * m;
-      count += m;
-      wrong += m - ok.sum().item<int64_t>();
-      if (si == 0) {
-        auto okp = ok.sum(0).to(torch::kDouble).cpu(), np = b.mask.sum(0).to(torch::kDouble).cpu();
-        for (int64_t t = 0; t < T; ++t) {
-          pos_ok[t] += okp[t].item<double>();
-          pos_n[t] += np[t].item<double>();
-        }
+      const auto c = score_batch(logits, b);
+      seen += b.input.size(0);
+      if (c.scored == 0) continue;
+      loss_sum += masked_loss(logits, b).item<double>() * c.scored;
+      total.scored += c.scored;
+      total.wrong += c.wrong;
+      total.sequences += c.sequences;
+      total.seq_wrong += c.seq_wrong;
+      for (int64_t t = 0; t < T; ++t) {
+        total.pos_scored[t] += c.pos_scored[t];
+        total.pos_right[t] += c.pos_right[t];
+        total.prefix_right[t] += c.prefix_right[t];
       }
     }
-    r.error[set.name] = count > 0 ? wrong / count : NAN;
+    const double count = static_cast<double>(total.scored);
+    r.error[set.name] = count > 0 ? total.wrong / count : NAN;
     r.loss[set.name] = count > 0 ? loss_sum / count : NAN;
+    r.seq_error[set.name] =
+        total.sequences > 0 ? static_cast<double>(total.seq_wrong) / static_cast<double>(total.sequences) : NAN;
     if (si == 0) {
-      for (int64_t t = 0; t < T; ++t) r.pos_accuracy.push_back(pos_n[t] > 0 ? pos_ok[t] / pos_n[t] : NAN);
+      for (int64_t t = 0; t < T; ++t) {
+        r.pos_accuracy.push_back(total.pos_scored[t] > 0 ? static_cast<double>(total.pos_right[t]) /
+                                                               static_cast<double>(total.pos_scored[t])
+                                                         : NAN);
+        r.prefix_seq_accuracy.push_back(seen > 0 ? static_cast<double>(total.prefix_right[t]) / seen : NAN);
+      }
     }
   }
   model->train();
@@ -155,6 +191,9 @@ TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, 
   if (cfg.grad_accum < 1)
     throw std::invalid_argument("grad_accum: expected >= 1, got " + std::to_string(cfg.grad_accum));
   if (cfg.batch < 1) throw std::invalid_argument("batch: expected >= 1, got " + std::to_string(cfg.batch));
+  if (cfg.stop_seq_error >= 0 && task.language_model())
+    throw std::invalid_argument("stop_seq_error: expected -1 (off) for a language model (task " + task.name() +
+                                "), whose windows have no sequence error");
   model->to(cfg.device);
   model->train();
   torch::optim::AdamW opt(model->parameters(), adamw_options(cfg));
@@ -188,16 +227,27 @@ TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, 
     if (!cfg.out_dir.empty()) std::ofstream(out / "init_report.txt") << text;
   }
 
-  // metrics.csv: one row per evaluation (appended on resume, after the rows up to the checkpoint).
+  // metrics.csv: one row per evaluation (appended on resume, after the rows up to the checkpoint). Synthetic tasks
+  // add each set's sequence error (EvalResult::seq_error) after the losses and errors; a resumed file keeps the
+  // columns of its header (one written before the sequence error existed gets none).
+  bool seq_metric = !task.language_model();
   std::ofstream csv;
   if (!cfg.out_dir.empty()) {
     const bool fresh = !(resumed && fs::exists(out / "metrics.csv"));
-    if (!fresh) truncate_metrics(out / "metrics.csv", st.step);
+    if (!fresh) {
+      truncate_metrics(out / "metrics.csv", st.step);
+      std::ifstream head(out / "metrics.csv");
+      std::string header;
+      std::getline(head, header);
+      seq_metric = seq_metric && header.find("_seq_error") != std::string::npos;
+    }
     csv.open(out / "metrics.csv", fresh ? std::ios::trunc : std::ios::app);
     csv.precision(10);
     if (fresh) {
       csv << "step,elapsed_s,lr,train_loss,tokens_per_s";
       for (const auto& s : eval_sets) csv << "," << s.name << "_loss," << s.name << "_error";
+      if (seq_metric)
+        for (const auto& s : eval_sets) csv << "," << s.name << "_seq_error";
       csv << "\n";
     }
   }
@@ -250,20 +300,30 @@ TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, 
       if (csv.is_open()) {
         csv << st.step << "," << st.seconds << "," << lr << "," << last_loss << "," << tok_s;
         for (const auto& s : eval_sets) csv << "," << ev.loss[s.name] << "," << ev.error[s.name];
+        if (seq_metric)
+          for (const auto& s : eval_sets) csv << "," << ev.seq_error[s.name];
         csv << "\n";
         csv.flush();
       }
       res.final_eval = ev;
-      stop = cfg.stop_error >= 0 && ev.error[eval_sets[0].name] <= cfg.stop_error;
-      if (stop) {
+      const std::string& first = eval_sets[0].name;
+      if (cfg.stop_error >= 0 && ev.error[first] <= cfg.stop_error) {
+        stop = true;
+        res.stop_reason = "stop_error";
         std::printf("[%s] in-distribution error %.4f%% <= %.4f%%: stopping at step %ld\n", run_label.c_str(),
-                    100 * ev.error[eval_sets[0].name], 100 * cfg.stop_error, (long)st.step);
+                    100 * ev.error[first], 100 * cfg.stop_error, (long)st.step);
+      } else if (cfg.stop_seq_error >= 0 && ev.seq_error[first] <= cfg.stop_seq_error) {
+        stop = true;
+        res.stop_reason = "stop_seq_error";
+        std::printf("[%s] in-distribution sequence error %.4f%% <= %.4f%%: stopping at step %ld\n",
+                    run_label.c_str(), 100 * ev.seq_error[first], 100 * cfg.stop_seq_error, (long)st.step);
       }
     }
     // This invocation's limits (a bounded device command): stop with a checkpoint, to be resumed.
     const bool limit = !last && !stop && ((cfg.stop_after > 0 && done_here >= cfg.stop_after) ||
                                           (cfg.time_limit_s > 0 && secs >= cfg.time_limit_s));
     if (limit) {
+      res.stop_reason = cfg.stop_after > 0 && done_here >= cfg.stop_after ? "stop_after" : "time_limit";
       std::printf("[%s] stopping this invocation at step %ld (%s); resume to continue\n", run_label.c_str(),
                   (long)st.step, cfg.stop_after > 0 && done_here >= cfg.stop_after ? "--stop-after" : "--time-limit");
       std::fflush(stdout);

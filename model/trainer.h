@@ -30,6 +30,9 @@ struct TrainConfig {
   int64_t log_every = 20;
   int64_t ckpt_every = 0;     // 0: only at the end (when out_dir is set)
   double stop_error = -1;     // >= 0: stop once the in-distribution error is <= this (after an evaluation)
+  // >= 0: stop once the in-distribution sequence error (EvalResult::seq_error) is <= this (after an evaluation).
+  // Synthetic tasks only (a language model's windows are never all right).
+  double stop_seq_error = -1;
   std::string out_dir;        // metrics.csv, metrics.json, ckpt/ (empty: nothing written)
   bool resume = false;
   // Micro-batches of `batch` sequences per optimizer step (gradient accumulation): a step sees batch * grad_accum
@@ -50,12 +53,33 @@ struct TrainConfig {
 struct EvalResult {
   std::map<std::string, double> error;  // per set: fraction of scored positions predicted wrong
   std::map<std::string, double> loss;   // per set: mean cross entropy over scored positions
+  // Per set: fraction of sequences (with at least one scored position) that have a scored position predicted wrong.
+  // A5: 1 - the fraction of sequences whose every prefix product is right, the accuracy of Merrill et al.'s
+  // word-problem experiments (their released code's validation metric, jopetty/word-problem).
+  std::map<std::string, double> seq_error;
   std::vector<double> pos_accuracy;     // of the first set: accuracy at each position (A5: per length)
+  // Of the first set: at each position t, the fraction of sequences whose scored positions 0..t are all right
+  // (A5: the sequence accuracy of length t + 1, read off the same model).
+  std::vector<double> prefix_seq_accuracy;
 };
+
+// What one evaluation batch contributes (score_batch), summed by evaluate(). Positions outside the mask count
+// nowhere; a sequence with no scored position is not counted as a sequence.
+struct ScoreCounts {
+  int64_t scored = 0, wrong = 0;         // scored positions, and those whose argmax differs from the target
+  int64_t sequences = 0, seq_wrong = 0;  // sequences with a scored position, and those with a wrong one
+  std::vector<int64_t> pos_scored, pos_right;  // [T]: per position
+  std::vector<int64_t> prefix_right;           // [T]: sequences whose scored positions 0..t are all right
+};
+// logits [B, T, V] against b.target under b.mask (on any device; the counts come back to the host).
+ScoreCounts score_batch(const torch::Tensor& logits, const Batch& b);
 
 struct TrainResult {
   int64_t steps_done = 0;
-  bool stopped_early = false;  // stop_after, time_limit_s or stop_error ended this invocation before cfg.steps
+  bool stopped_early = false;  // stop_after, time_limit_s, stop_error or stop_seq_error ended it before cfg.steps
+  // Why this invocation ended: "steps" (cfg.steps done), "stop_error" / "stop_seq_error" (the run is finished: its
+  // criterion was met), "stop_after" / "time_limit" (unfinished: resume to continue).
+  std::string stop_reason = "steps";
   int64_t tokens_per_step = 0;
   double seconds = 0;
   double final_train_loss = 0;

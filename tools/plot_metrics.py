@@ -45,7 +45,10 @@ def main():
     # Runs that differ in depth are told apart by it (A5 sweeps over layers).
     if len({m.get("layers") for _, _, m in runs}) > 1:
         runs = [(f"{label} L{meta.get('layers')}", rows, meta) for label, rows, meta in runs]
-    sets = [c[: -len("_error")] for c in runs[0][1][0].keys() if c.endswith("_error")] if runs[0][1] else []
+    # One panel per evaluation set: its "<set>_error" column ("<set>_seq_error", the sequence error of synthetic tasks,
+    # is not a set of its own).
+    sets = [c[: -len("_error")] for c in runs[0][1][0].keys()
+            if c.endswith("_error") and not c.endswith("_seq_error")] if runs[0][1] else []
     fig, axes = plt.subplots(1, len(sets) + 1, figsize=(4.2 * (len(sets) + 1), 3.6))
     if len(sets) == 0:
         axes = [axes]

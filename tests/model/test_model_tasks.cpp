@@ -6,6 +6,7 @@
 #include <set>
 
 #include "task.h"
+#include "trainer.h"
 
 using namespace pathattn::model;
 
@@ -103,6 +104,77 @@ TEST(ModelTasks, A5TargetsAreRunningProductsOfArrays) {
     }
   }
   EXPECT_TRUE(b.mask.all().item<bool>());
+}
+
+// The same targets by another route: each element as a 5 x 5 permutation matrix M_p (column i has its 1 in row
+// p[i], so M_a M_b is the matrix of a after b, i.e. of (a b)[i] = a[b[i]]), the running product as a matrix product,
+// the element read back from the product's columns. Random sequences of several lengths, training batches and the
+// evaluation set; independent of a5::mul and of the array composition above.
+TEST(ModelTasks, A5TargetsEqualPermutationMatrixProducts) {
+  const auto& e = a5::elements();
+  auto matrix = [&](int64_t idx) {
+    auto m = torch::zeros({5, 5}, torch::kDouble);
+    for (int i = 0; i < 5; ++i) m[e[idx][i]][i] = 1.0;
+    return m;
+  };
+  auto element_of = [&](const torch::Tensor& m) {
+    Perm p;
+    for (int i = 0; i < 5; ++i) p[i] = static_cast<int>(m.select(1, i).argmax().item<int64_t>());
+    return p;
+  };
+  int64_t checked = 0;
+  for (int64_t len : {1, 2, 5, 10, 20, 33}) {
+    A5Config cfg;
+    cfg.length = len;
+    auto task = make_a5(cfg);
+    ASSERT_EQ(task->seq_len(), len);
+    ASSERT_EQ(task->vocab(), 60);
+    std::mt19937_64 rng(1000 + len);
+    std::vector<Batch> batches{task->sample(24, rng)};
+    for (const auto& s : task->eval_sets(24, 5)) batches.push_back(s.data);
+    for (const auto& b : batches) {
+      ASSERT_EQ(b.input.sizes(), (std::vector<int64_t>{24, len}));
+      EXPECT_TRUE(b.mask.all().item<bool>()) << "every position is scored";
+      for (int64_t i = 0; i < 24; ++i) {
+        auto prod = torch::eye(5, torch::kDouble);
+        for (int64_t t = 0; t < len; ++t) {
+          prod = torch::matmul(prod, matrix(b.input[i][t].item<int64_t>()));
+          ASSERT_EQ(e[b.target[i][t].item<int64_t>()], element_of(prod))
+              << "length " << len << ", sequence " << i << ", position " << t;
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 2 * 24 * (1 + 2 + 5 + 10 + 20 + 33));
+}
+
+// score_batch on logits made by hand: token errors, sequence errors (a sequence is wrong when any scored position
+// is), positions outside the mask ignored, a sequence without scored positions not counted, prefix counts.
+TEST(ModelTasks, ScoreBatchCountsPositionsSequencesAndPrefixes) {
+  // 4 sequences of 3 positions, vocabulary 2; target 1 everywhere. Predicted (argmax) and masks:
+  //   seq 0: predicts 1 1 1, all scored           -> right
+  //   seq 1: predicts 1 0 1, all scored           -> wrong at t = 1
+  //   seq 2: predicts 0 1 1, t = 0 not scored     -> right (the wrong t = 0 is outside the mask)
+  //   seq 3: predicts 0 0 0, nothing scored       -> not a sequence
+  const int pred[4][3] = {{1, 1, 1}, {1, 0, 1}, {0, 1, 1}, {0, 0, 0}};
+  const bool mask[4][3] = {{true, true, true}, {true, true, true}, {false, true, true}, {false, false, false}};
+  auto logits = torch::zeros({4, 3, 2});
+  Batch b{torch::zeros({4, 3}, torch::kLong), torch::ones({4, 3}, torch::kLong), torch::zeros({4, 3}, torch::kBool)};
+  for (int i = 0; i < 4; ++i)
+    for (int t = 0; t < 3; ++t) {
+      logits[i][t][pred[i][t]] = 1.0;
+      b.mask[i][t] = mask[i][t];
+    }
+  const auto c = score_batch(logits, b);
+  EXPECT_EQ(c.scored, 8);
+  EXPECT_EQ(c.wrong, 1);
+  EXPECT_EQ(c.sequences, 3);
+  EXPECT_EQ(c.seq_wrong, 1);
+  EXPECT_EQ(c.pos_scored, (std::vector<int64_t>{2, 3, 3}));
+  EXPECT_EQ(c.pos_right, (std::vector<int64_t>{2, 2, 3}));
+  // prefix 0..t all right: seq 0 always, seq 1 only at t = 0, seq 2 and 3 vacuously / always.
+  EXPECT_EQ(c.prefix_right, (std::vector<int64_t>{4, 3, 3}));
 }
 
 TEST(ModelTasks, MqrarAnswersMatchADictionaryOfHistories) {

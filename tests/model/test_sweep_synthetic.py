@@ -1,0 +1,193 @@
+"""The synthetic sweep (tools/sweep_synthetic.py) and its figures (tools/plot_synthetic.py): the solved and majority
+rules on made-up rows, the figures from a made-up summary, and the driver itself at the tiny grid on the CPU with
+pathattn_train ($PATHATTN_TRAIN): a sweep cut into chunks (--max-steps-per-call), then continued, skips its finished
+cell, resumes the other from its checkpoint, and ends with the metrics of a sweep that ran straight through."""
+import argparse
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import plot_synthetic  # noqa: E402
+import sweep_synthetic as sweep  # noqa: E402
+
+
+def row(task="a5", size=5, mech="path", layers=1, seed=1, finished=1, acc=None, seq=None):
+    return dict(task=task, size=size, mechanism=mech, layers=layers, seed=seed, finished=finished,
+                accuracy="" if acc is None else acc, seq_accuracy="" if seq is None else seq)
+
+
+def test_solved_rule_uses_the_task_metric_and_the_threshold():
+    assert sweep.solved(row(seq=0.9, acc=0.1)) is True  # A5: sequence accuracy, >= 90%
+    assert sweep.solved(row(seq=0.8999, acc=1.0)) is False
+    assert sweep.solved(row(task="mqrar", acc=0.9, seq=0.0)) is True  # MQRAR: accuracy on the answers
+    assert sweep.solved(row(task="mqrar", acc=0.89, seq=1.0)) is False
+    assert sweep.solved(row(seq=1.0, finished=0)) is None  # not finished: no verdict
+    assert sweep.solved(row(seq=None)) is None
+
+
+def test_majority_of_seeds_and_fewest_layers():
+    rows = []
+    # path, length 5: depth 1 solved by 1 of 3 (unsolved), depth 2 by 2 of 3 (solved): fewest layers 2.
+    rows += [row(layers=1, seed=s, seq=a) for s, a in ((1, 0.95), (2, 0.5), (3, 0.2))]
+    rows += [row(layers=2, seed=s, seq=a) for s, a in ((1, 0.95), (2, 0.91), (3, 0.2))]
+    # rope, length 5: depth 1 two failed and one pending: already unsolved; depth 2 one solved, one failed, one
+    # pending: pending, so the fewest layers is undetermined.
+    rows += [row(mech="rope", layers=1, seed=1, seq=0.1), row(mech="rope", layers=1, seed=2, seq=0.2),
+             row(mech="rope", layers=1, seed=3, finished=0)]
+    rows += [row(mech="rope", layers=2, seed=1, seq=0.99), row(mech="rope", layers=2, seed=2, seq=0.3),
+             row(mech="rope", layers=2, seed=3, finished=0)]
+    # fox, length 5: nothing solves: more than the deepest depth.
+    rows += [row(mech="fox", layers=l, seed=s, seq=0.5) for l in (1, 2) for s in (1, 2, 3)]
+    v = sweep.group_verdicts(rows)
+    assert v[("a5", 5, "path", 1)]["verdict"] == "unsolved"
+    assert v[("a5", 5, "path", 2)]["verdict"] == "solved"
+    assert v[("a5", 5, "rope", 1)]["verdict"] == "unsolved"
+    assert v[("a5", 5, "rope", 2)]["verdict"] == "pending"
+    assert (v[("a5", 5, "rope", 2)]["solved"], v[("a5", 5, "rope", 2)]["failed"]) == (1, 1)
+    assert sweep.min_layers(v, "a5", 5, "path") == 2
+    assert sweep.min_layers(v, "a5", 5, "rope") is None
+    assert sweep.min_layers(v, "a5", 5, "fox") == math.inf
+    # A pending shallow depth leaves the answer open even when a deeper one is solved.
+    v2 = sweep.group_verdicts([row(layers=1, seed=s, finished=0) for s in (1, 2, 3)]
+                              + [row(layers=2, seed=s, seq=1.0) for s in (1, 2, 3)])
+    assert sweep.min_layers(v2, "a5", 5, "path") is None
+
+
+def summary_file(tmp_path):
+    rows = []
+    for n in (5, 10):
+        for mech, need in (("path", 1), ("rope", 3)):
+            for l in (1, 2, 3):
+                for s in (1, 2, 3):
+                    ok = l >= need + (n == 10)
+                    rows.append(dict(cell=f"a5-{n}-{l}-{mech}-{s}", task="a5", size=n, mechanism=mech, layers=l,
+                                     seed=s, finished=1, accuracy=0.99, seq_accuracy=0.97 if ok else 0.3))
+    for n in (1, 2):
+        for mech in ("path", "rope"):
+            for s in (1, 2, 3):
+                rows.append(dict(cell=f"mq-{n}-{mech}-{s}", task="mqrar", size=n, mechanism=mech, layers=2, seed=s,
+                                 finished=int(s < 3), accuracy=0.9 - 0.1 * n - 0.01 * s, seq_accuracy=0.0))
+    for mech in ("path", "rope"):
+        for s in (1, 2, 3):
+            rows.append(dict(cell=f"ff-{mech}-{s}", task="flipflop", size=256, mechanism=mech, layers=2, seed=s,
+                             finished=1, in_dist_error=0.01 * s, sparse_error=0.02, dense_error=0.0))
+    path = tmp_path / "summary.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=sweep.SUMMARY_FIELDS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k, "") for k in sweep.SUMMARY_FIELDS})
+    return path
+
+
+def test_figures_from_a_summary(tmp_path, capsys):
+    s = summary_file(tmp_path)
+    assert plot_synthetic.main(["a5", str(s), "--out", str(tmp_path / "a5.png")]) == 0
+    out = capsys.readouterr().out
+    assert "| 5 | 1 | 3 |" in out and "| 10 | 2 | >3 |" in out  # path needs 1 then 2 layers; rope 3, then none
+    assert plot_synthetic.main(["mqrar", str(s), "--out", str(tmp_path / "mq.png")]) == 0
+    out = capsys.readouterr().out
+    assert "[1 pending]" in out and "n=2" in out
+    assert plot_synthetic.main(["flipflop", str(s), "--out", str(tmp_path / "ff.md"),
+                                "--paper", "rope:sparse=12.5"]) == 0
+    table = (tmp_path / "ff.md").read_text()
+    assert "| path | 3 of 3 | 2.00 ± 1.00 (1.00-3.00, n=3)" in table  # in_dist 1, 2, 3 %: mean, sd, range
+    assert "| 6.9 | 12.5 | - |" in table  # the recorded paper numbers and the one given
+    for png in ("a5.png", "mq.png"):
+        assert (tmp_path / png).stat().st_size > 1000
+    with pytest.raises(SystemExit, match="MECH:SET=PERCENT"):
+        plot_synthetic.main(["flipflop", str(s), "--paper", "rope=3"])
+
+
+def test_grid_options_are_checked():
+    with pytest.raises(SystemExit, match="TASK.KEY=VALUE"):
+        sweep.main(["plan", "--grid", "tiny", "--set", "a5.stepz=3"])
+    with pytest.raises(SystemExit, match="--tasks"):
+        sweep.main(["plan", "--grid", "tiny", "--tasks", "a6"])
+    def grid(*sets):
+        return argparse.Namespace(grid="paper", tasks="mqrar", only="", set=list(sets))
+
+    sweep.check_device(sweep.make_grid(grid("mqrar.heads=4")), "cuda")  # width 256 / 4 heads: D = 64
+    with pytest.raises(SystemExit, match="D = 64 or 128"):
+        sweep.check_device(sweep.make_grid(grid("mqrar.heads=8")), "cuda")  # D = 32: no CUDA kernel
+    sweep.check_device(sweep.make_grid(grid("mqrar.heads=8")), "cpu")  # the CPU path takes any D
+
+
+def test_plan_prints_a_total(capsys):
+    assert sweep.main(["plan", "--grid", "tiny"]) == 0
+    out = capsys.readouterr().out
+    assert "Total:" in out and "launch-bound" in out
+
+
+def train_binary():
+    path = os.environ.get("PATHATTN_TRAIN", "")
+    if not os.access(path, os.X_OK):
+        if os.environ.get("PATHATTN_REQUIRE_TRAIN"):
+            pytest.fail(f"PATHATTN_TRAIN={path!r} is not an executable pathattn_train")
+        pytest.skip("PATHATTN_TRAIN is not set to pathattn_train (ctest sets it)")
+    return path
+
+
+def sweep_run(build, runs, *extra):
+    cmd = [sys.executable, os.path.join(ROOT, "tools", "sweep_synthetic.py"), "run", "--grid", "tiny",
+           "--tasks", "a5", "--build", build, "--runs", str(runs), "--results", str(runs) + "-results",
+           "--device", "cpu", "--threads", "1", "--poll", "0.05", *extra]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout
+    return r.stdout
+
+
+def curve(folder):
+    """metrics.csv without the columns that measure time."""
+    with open(os.path.join(folder, "metrics.csv")) as f:
+        rows = list(csv.DictReader(f))
+    return [{k: v for k, v in r.items() if k not in ("elapsed_s", "tokens_per_s")} for r in rows]
+
+
+def final(folder):
+    with open(os.path.join(folder, "metrics.json")) as f:
+        m = json.load(f)
+    return {k: m[k] for k in ("steps_done", "finished", "error", "loss", "sequence_error", "position_accuracy",
+                              "prefix_sequence_accuracy")}
+
+
+def test_sweep_skips_finished_cells_and_resumes_interrupted_ones(tmp_path):
+    build = os.path.dirname(os.path.dirname(train_binary()))
+    cells = ["a5-len3-l1-path-s1", "a5-len3-l1-rope-s1"]
+    straight = tmp_path / "straight"
+    sweep_run(build, straight)
+    for c in cells:
+        assert final(straight / c)["finished"] and final(straight / c)["steps_done"] == 8
+
+    chunked = tmp_path / "chunked"
+    out = sweep_run(build, chunked, "--max-steps-per-call", "4")  # both cells stop at step 4
+    assert out.count("resume to continue") == 2, out
+    with open(str(chunked) + "-results/summary.csv") as f:  # written as cells end, with their state
+        summary = {r["cell"]: r for r in csv.DictReader(f)}
+    assert [(summary[c]["steps_done"], summary[c]["finished"]) for c in cells] == [("4", "0"), ("4", "0")]
+    sweep_run(build, chunked, "--only", "path")  # finishes the path cell
+    path_json = chunked / cells[0] / "metrics.json"
+    stamp = os.path.getmtime(path_json)
+    out = sweep_run(build, chunked)  # skips path, resumes rope
+    assert "1 finished, 1 to run" in out, out
+    assert os.path.getmtime(path_json) == stamp, "the finished cell ran again"
+    assert "resumed from" in (chunked / cells[1] / "train.log").read_text()
+    for c in cells:
+        assert curve(chunked / c) == curve(straight / c), c
+        assert final(chunked / c) == final(straight / c), c
+        assert (tmp_path / ("chunked-results") / c / "metrics.json").exists()
+    with open(str(chunked) + "-results/summary.csv") as f:
+        summary = {r["cell"]: r for r in csv.DictReader(f)}
+    assert all(summary[c]["finished"] == "1" and summary[c]["steps_done"] == "8" for c in cells)
+    # Resuming a cell whose folder holds other options is refused, naming the folder.
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "sweep_synthetic.py"), "run", "--grid", "tiny",
+                        "--tasks", "a5", "--set", "a5.steps=9", "--build", build, "--runs", str(chunked),
+                        "--device", "cpu"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert r.returncode != 0 and "recorded with other options" in r.stdout and cells[0] in r.stdout

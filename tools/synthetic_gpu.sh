@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The GPU side of issue 14 (docs/results/synthetic/README.md): the synthetic sweep (A5, MQRAR-N, flip-flop; path,
+# path-fox, rope, fox; 3 seeds) in device commands of at most 10 minutes each, run from the repository root on the
+# GPU machine. tools/sweep_synthetic.py does the work; this script fixes the folders and the machine's options.
+#
+#   tools/synthetic_gpu.sh build           pathattn_train and bench_step against the machine's torch with the CUDA op
+#                                          (build-gpu-torch, as lm_gpu.sh and gpu_check.sh build it)
+#   tools/synthetic_gpu.sh probe           step times of every cell shape on the GPU (bench_step, bf16, 5 + 20 steps),
+#                                          to $OUT/synthetic/gpu_steps.csv, then the plan with them
+#   tools/synthetic_gpu.sh run [OPTIONS]   the sweep for SYN_BUDGET seconds: the unfinished cells, SYN_JOBS_PER_GPU
+#                                          at a time on each GPU; finished cells skipped, stopped ones resumed from
+#                                          their checkpoints (in SYN_RUNS, kept while the machine is held); metrics of
+#                                          every cell that ends, and summary.csv, to $OUT/synthetic (what comes back).
+#                                          OPTIONS go to sweep_synthetic.py run (e.g. --only 'a5-len20', --set ...)
+#   tools/synthetic_gpu.sh status          cells finished / started / not started per task
+#
+# Cells finished in earlier sessions and committed under SYN_DONE (docs/results/synthetic/cells) are skipped and
+# enter the summary. SYN_DEVICE / SYN_BUILD / SYN_GRID let the same script run the tiny grid on the CPU (how it was
+# checked: SYN_DEVICE=cpu SYN_BUILD=build-syn SYN_GRID=tiny SYN_BUDGET=0 tools/synthetic_gpu.sh run).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+CMD=${1:-}; shift || true
+
+: "${SYN_RUNS:=runs/synthetic}" "${SYN_DONE:=docs/results/synthetic/cells}" "${SYN_TASKS:=flipflop,mqrar,a5}"
+: "${SYN_BUDGET:=540}" "${SYN_JOBS_PER_GPU:=4}" "${SYN_GRID:=paper}"
+: "${SYN_DEVICE:=cuda}" "${SYN_BUILD:=build-gpu-torch}"
+RESULTS=${OUT:-$SYN_RUNS-results}/synthetic
+BUILD=$SYN_BUILD
+done_args=(); [ -d "$SYN_DONE" ] && done_args=(--also-done "$SYN_DONE")
+sweep=(python3 tools/sweep_synthetic.py)
+
+case "$CMD" in
+  build)
+    t0=$(date +%s)
+    # CLI11 (header-only) for pathattn_train: the GPU image has none, so a copy of Debian's /usr/include/CLI travels.
+    cli=(); [ -f third_party_fetched/cli11/CLI/CLI.hpp ] &&
+      cli=(-DPATHATTN_CLI11_INCLUDE="$PWD/third_party_fetched/cli11")
+    cmake -S . -B "$BUILD" -DPATHATTN_TORCH=ON -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=OFF -DPATHATTN_BENCH=OFF \
+      -DCMAKE_BUILD_TYPE=Release "${cli[@]}" \
+      -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')" \
+      -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" > /tmp/syn_build.log 2>&1 &&
+      make -C "$BUILD" -j"$(nproc)" pathattn_train bench_step >> /tmp/syn_build.log 2>&1
+    rc=$?
+    echo "synthetic build: rc=$rc ($(( $(date +%s) - t0 )) s)"; [ $rc = 0 ] || { tail -30 /tmp/syn_build.log; exit $rc; }
+    ;;
+  probe)
+    mkdir -p "$RESULTS"
+    timeout 500 "${sweep[@]}" measure --grid "$SYN_GRID" --tasks "$SYN_TASKS" --build "$BUILD" \
+      --device "$SYN_DEVICE" --threads 4 --concurrent "$SYN_JOBS_PER_GPU" --out "$RESULTS/gpu_steps.csv" "$@" || exit 1
+    "${sweep[@]}" plan --grid "$SYN_GRID" --tasks "$SYN_TASKS" --steps-csv "$RESULTS/gpu_steps.csv" \
+      --gpus "$(nvidia-smi -L 2>/dev/null | wc -l)" --jobs-per-gpu "$SYN_JOBS_PER_GPU" | tee "$RESULTS/plan.md"
+    ;;
+  run)
+    mkdir -p "$SYN_RUNS" "$RESULTS"
+    "${sweep[@]}" run --grid "$SYN_GRID" --tasks "$SYN_TASKS" --build "$BUILD" --runs "$SYN_RUNS" \
+      --results "$RESULTS" "${done_args[@]}" --device "$SYN_DEVICE" --jobs-per-gpu "$SYN_JOBS_PER_GPU" \
+      --budget "$SYN_BUDGET" "$@" 2>&1 | tee -a "$RESULTS/sweep.log"
+    rc=${PIPESTATUS[0]}
+    "${sweep[@]}" status --grid "$SYN_GRID" --tasks "$SYN_TASKS" --runs "$SYN_RUNS" "${done_args[@]}"
+    exit "$rc"
+    ;;
+  status) "${sweep[@]}" status --grid "$SYN_GRID" --tasks "$SYN_TASKS" --runs "$SYN_RUNS" "${done_args[@]}" ;;
+  *) sed -n '2,22p' "$0"; exit 2 ;;
+esac
