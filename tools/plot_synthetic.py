@@ -127,9 +127,15 @@ def cmd_a5(args):
     ax.set_yticklabels([str(d) for d in range(1, top)] + [f">{top - 1}"])
     ax.set_ylim(0.4, top + 0.4)
     ax.set_xticks(sorted({n for pts in points.values() for n, _ in pts}))
-    ax.set_xlabel("sequence length")
-    ax.set_ylabel("fewest layers solving A5 (>= 90%)")
-    ax.set_title(args.title or "A5 word problems: majority of seeds")
+    return save_plot(fig, ax, args, "sequence length", "fewest layers solving A5 (>= 90%)",
+                     "A5 word problems: majority of seeds")
+
+
+def save_plot(fig, ax, args, xlabel, ylabel, title):
+    """Labels, grid and legend of a figure, written to args.out (the title overridable with --title)."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(args.title or title)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -173,16 +179,8 @@ def cmd_mqrar(args):
         if xs:
             ax.errorbar(xs, means, yerr=[lo, hi], marker="o", capsize=3, label=m)
     ax.set_xticks(ns)
-    ax.set_xlabel("N (N-back)")
-    ax.set_ylabel("answer accuracy % (mean; bars: seed range)")
     ax.set_ylim(0, 102)
-    ax.set_title(args.title or "MQRAR-N")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(args.out, dpi=120)
-    print(f"\nplot: {args.out}")
-    return 0
+    return save_plot(fig, ax, args, "N (N-back)", "answer accuracy % (mean; bars: seed range)", "MQRAR-N")
 
 
 def cmd_flipflop(args):
