@@ -27,9 +27,6 @@ std::vector<Segment> sequences(const Problem& p, const Inputs& in, void* stream)
 // pair_group (backward): how many (sequence, head) pairs the task list interleaves rank by rank (plan.cu).
 Plan make_plan(const std::vector<Segment>& segs, int H, bool backward, int pair_group = 1);
 
-// Decode: blocks per (sequence, kv head) of the split kernel (kernels/decode.cuh), from sizes the host knows (the
-// cache's lengths live on the device and split evenly inside the kernel): enough blocks for a few waves over `sms`
-// multiprocessors, but at least kDecodeMinRows cache rows per split at a full cache (Tmax), at most kDecodeMaxSplits.
 // The backward's pair_group for a longest sequence of `rows` tokens: about 16384 rows of pairs interleaved, at most 8
 // pairs. Measured on the H200 (docs/perf/notes.md, deterministic main kernel, H 32, D 64): at 32 x 4096, 1 / 2 / 4 / 8
 // / 16 pairs took 69.5 / 65.6 / 62.7 / 62.0 / 70.0 ms (more pairs than L2 holds lose locality); at 8 x 16384, 1 / 4
@@ -38,6 +35,9 @@ inline int bwd_pair_group(int64_t rows) {
   return static_cast<int>(std::clamp<int64_t>(16384 / std::max<int64_t>(rows, 1), 1, 8));
 }
 
+// Decode: blocks per (sequence, kv head) of the split kernel (kernels/decode.cuh), from sizes the host knows (the
+// cache's lengths live on the device and split evenly inside the kernel): enough blocks for a few waves over `sms`
+// multiprocessors, but at least kDecodeMinRows cache rows per split at a full cache (Tmax), at most kDecodeMaxSplits.
 constexpr int kDecodeMinRows = 128, kDecodeMaxSplits = 1024;
 int decode_splits(int64_t B, int64_t H, int64_t Tmax, int sms);
 

@@ -48,24 +48,20 @@ enum Layout { kAKBK = 3, kAK = 1, kBK = 2, kANBN = 0 };
 // The sum over k is order-free, so inside each 8-wide k-step the fragment slots t and t + 4 take k = 2t and 2t + 1
 // whenever an operand has k contiguous: one float2 load fills both (full 32-byte sectors from global memory; v3
 // read 16 bytes per row and sector). The operands of KB k-steps are loaded before any of their products, so a
-// product waits for one memory latency per KB steps, not one per step (v3). Ends with a barrier: the next product
-// may read Cm.
-//
-// mmw<kW, ...> is the product without the barrier, done by kW warps: kW = 8 as above; kW = 4, warps w % 4 own
-// rows 16 (w % 4).. and all N columns, so that two independent products run at once on the two halves of the
-// block (pair() below): one barrier and one memory latency for both (v4: each product was ~8 us per CTA, bound by
-// its operand latency and its barrier, not by the tensor cores; docs/perf/notes.md).
-template <int kW, int N, int K, int kExact, int kLayout>
-__device__ __forceinline__ void mmw(float* Cm, int ldc, const float* A, int lda, const float* Bm, int ldb, float alpha,
-                                    bool accumulate) {
-  static_assert(kW == 4 || kW == 8, "a product runs on 4 or 8 warps");
-  constexpr int NT = kW == 8 ? N / 16 : N / 8;  // n tiles of 8 per warp
+// product waits for one memory latency per KB steps, not one per step (v3). mm ends with a barrier (the next
+// product may read Cm); mm_nosync does not: for a product that the next one neither reads nor writes, so that two
+// independent products share one barrier. (v5a ran such pairs concurrently on warps 0-3 and 4-7 instead: slower,
+// docs/perf/notes.md.)
+template <int N, int K, int kExact, int kLayout>
+__device__ __forceinline__ void mm_nosync(float* Cm, int ldc, const float* A, int lda, const float* Bm, int ldb,
+                                          float alpha, bool accumulate) {
+  constexpr int NT = N / 16;                    // n tiles of 8 per warp
   constexpr int KB = NT >= 8 ? 2 : 4;           // k-steps per load batch (registers: KB (4 + 2 NT) floats)
   static_assert(K % (8 * KB) == 0, "K must be a multiple of the load batch");
   constexpr bool kAx = (kExact & kA) != 0, kBx = (kExact & kB) != 0;
   constexpr bool kAk = (kLayout & kAK) != 0, kBk = (kLayout & kBK) != 0;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int r0 = 16 * (warp % 4), c0 = kW == 8 ? (warp / 4) * (N / 2) : 0;
+  const int r0 = 16 * (warp % 4), c0 = (warp / 4) * (N / 2);
   const int klo = (kAk || kBk) ? 2 * t : t, khi = (kAk || kBk) ? 2 * t + 1 : t + 4;  // k of slots t, t + 4
   float acc[NT][4];
 #pragma unroll
@@ -132,25 +128,7 @@ __device__ __forceinline__ void mmw(float* Cm, int ldc, const float* A, int lda,
 template <int N, int K, int kExact, int kLayout>
 __device__ __forceinline__ void mm(float* Cm, int ldc, const float* A, int lda, const float* Bm, int ldb, float alpha,
                                    bool accumulate) {
-  mmw<8, N, K, kExact, kLayout>(Cm, ldc, A, lda, Bm, ldb, alpha, accumulate);
-  __syncthreads();
-}
-
-// Two independent products (neither reads what the other writes): f1 and f2 take the warp count as an
-// integral_constant and call mmw with it. Concurrently on warps 0-3 and 4-7 when kTogether, one after the other
-// on all 8 warps otherwise (products N = 128 wide would need 4 KB of registers per thread on 4 warps). Ends with a
-// barrier.
-template <bool kTogether, typename F1, typename F2>
-__device__ __forceinline__ void pair(const F1& f1, const F2& f2) {
-  if constexpr (kTogether) {
-    if (threadIdx.x < 128)
-      f1(std::integral_constant<int, 4>{});
-    else
-      f2(std::integral_constant<int, 4>{});
-  } else {
-    f1(std::integral_constant<int, 8>{});
-    f2(std::integral_constant<int, 8>{});  // f2 writes nothing f1 reads or writes: no barrier between them
-  }
+  mm_nosync<N, K, kExact, kLayout>(Cm, ldc, A, lda, Bm, ldb, alpha, accumulate);
   __syncthreads();
 }
 
@@ -212,15 +190,6 @@ __device__ __forceinline__ void mask(float* X, F keep) {
   __syncthreads();
 }
 
-// Y = b strict_lower(X) in place for a C x C tile in shared memory (A and Y of Eq. 10, 12).
-__device__ __forceinline__ void beta_strict_lower(float* X, const float* beta) {
-  for (int e = threadIdx.x; e < C * C; e += kThreads) {
-    const int i = e / C, j = e % C;
-    X[i * LC + j] = j < i ? beta[i] * X[i * LC + j] : 0.f;
-  }
-  __syncthreads();
-}
-
 // dbeta_i += sum_d X[i][d] Y[i][d] for [C][D] tiles: 4 threads per row, all 256 busy.
 template <int D>
 __device__ __forceinline__ void add_row_dots(float* dbeta, const float* X, const float* Y) {
@@ -276,12 +245,6 @@ template <typename T, int D, bool kGate>
 __global__ void __launch_bounds__(256, 2) bwd_local_kernel(const BwdParams p) {
   using namespace local_detail;
   static_assert(!std::is_same_v<T, float>, "the Exact flags below assume q, k, v, do in bf16 or f16");
-  // Independent products run one after the other on all 8 warps, without a barrier between them (pair() above).
-  // Running them concurrently on warps 0-3 and 4-7 measured slower on the H200 (v5, 32 x 4096, H 32, D 64: 75.3 ms
-  // against 72.2 for v4 with the faster solve in it too; at D = 128, where only C-wide pairs ran concurrently,
-  // 45.2 -> 41.8): a 4-warp product does twice the splits and mma per warp, the kernel is issue-bound, and the
-  // wider accumulators spilled (1.4 KB of spill loads against 0.6 KB).
-  constexpr bool kConcurrentPairs = false;
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ float smem[];
   float* sT = smem;              // [C][LC]  T = (I + A)^{-1}                      (Eq. 10)
@@ -326,30 +289,30 @@ __global__ void __launch_bounds__(256, 2) bwd_local_kernel(const BwdParams p) {
     __syncthreads();
     for (int e = tid; e < C * D; e += kThreads) bW[e] = sBeta[e / D] * W[e];
     if (!(p.timing_skip & 256)) {
-    pair<kConcurrentPairs>([&](auto nw) { mmw<decltype(nw)::value, C, D, kNone, kAKBK>(s0, LC, W, D, W, D, 1.f, false); },  // W W^T
-               [&](auto nw) { mmw<decltype(nw)::value, C, D, kB, kAKBK>(s1, LC, W, D, K, D, 1.f, false); });   // W K^T
-    for (int e = tid; e < C * C; e += kThreads) {  // A = b strict_lower(W W^T), Y = b strict_lower(W K^T)
-      const int i = e / C, j = e % C;
-      s0[i * LC + j] = j < i ? sBeta[i] * s0[i * LC + j] : 0.f;
-      s1[i * LC + j] = j < i ? sBeta[i] * s1[i * LC + j] : 0.f;
+      mm_nosync<C, D, kNone, kAKBK>(s0, LC, W, D, W, D, 1.f, false);  // W W^T
+      mm<C, D, kB, kAKBK>(s1, LC, W, D, K, D, 1.f, false);   // W K^T
+      for (int e = tid; e < C * C; e += kThreads) {  // A = b strict_lower(W W^T), Y = b strict_lower(W K^T)
+        const int i = e / C, j = e % C;
+        s0[i * LC + j] = j < i ? sBeta[i] * s0[i * LC + j] : 0.f;
+        s1[i * LC + j] = j < i ? sBeta[i] * s1[i * LC + j] : 0.f;
     }
     __syncthreads();
     if (!(p.timing_skip & 16)) ut_solve_f32_x4<C>(s0, LC, sT, LC);  // T = (I + A)^{-1} (Eq. 10)
     __syncthreads();
-    pair<kConcurrentPairs>([&](auto nw) { mmw<decltype(nw)::value, C, C, kNone, kAK>(sKc, LC, sT, LC, s1, LC, 1.f, false); },  // Kcorr = T Y
-                  [&](auto nw) { mmw<decltype(nw)::value, D, C, kNone, kAK>(U, D, sT, LC, bW, D, 1.f, false); });     // U = T b W
+    mm_nosync<C, C, kNone, kAK>(sKc, LC, sT, LC, s1, LC, 1.f, false);  // Kcorr = T Y
+    mm<D, C, kNone, kAK>(U, D, sT, LC, bW, D, 1.f, false);     // U = T b W
     }
 
     // ---- The chunk product P = I - W^T U (Eq. 11): dW = -U dP^T, dU = -W dP (Eq. 34).
     const float* dP = p.dpacc + fac * D * D;
     float* dk = p.dkacc + fac * C * D;
     if (!(p.timing_skip & 128)) {
-    pair<kConcurrentPairs>([&](auto nw) { mmw<decltype(nw)::value, D, D, kNone, kAKBK>(dW, D, U, D, dP, D, -1.f, false); },
-                  [&](auto nw) { mmw<decltype(nw)::value, D, D, kNone, kAK>(dU, D, W, D, dP, D, -1.f, false); });
-    // ---- K^ = K - Kcorr^T W (Eq. 14): dk += dK^ (dkacc holds dK^ and becomes dk), dKcorr = -W dK^^T,
-    // dW -= Kcorr dK^ (Eq. 29).
-    pair<kConcurrentPairs>([&](auto nw) { mmw<decltype(nw)::value, C, D, kNone, kAKBK>(dKc, C, W, D, dk, D, -1.f, false); },
-                  [&](auto nw) { mmw<decltype(nw)::value, D, C, kNone, kAK>(dW, D, sKc, LC, dk, D, -1.f, true); });
+      mm_nosync<D, D, kNone, kAKBK>(dW, D, U, D, dP, D, -1.f, false);
+      mm<D, D, kNone, kAK>(dU, D, W, D, dP, D, -1.f, false);
+      // ---- K^ = K - Kcorr^T W (Eq. 14): dk += dK^ (dkacc holds dK^ and becomes dk), dKcorr = -W dK^^T,
+      // dW -= Kcorr dK^ (Eq. 29).
+      mm_nosync<C, D, kNone, kAKBK>(dKc, C, W, D, dk, D, -1.f, false);
+      mm<D, C, kNone, kAK>(dW, D, sKc, LC, dk, D, -1.f, true);
     }
 
     // ---- Per query head: the diagonal block and the query side (Eq. 12, 13, 24-28).
@@ -364,11 +327,11 @@ __global__ void __launch_bounds__(256, 2) bwd_local_kernel(const BwdParams p) {
         sG[tid] = kGate ? p.ws.gl[qrow * C + tid] : 0.f;
       }
       __syncthreads();
-      pair<kConcurrentPairs>([&](auto nw) { mmw<decltype(nw)::value, C, D, kA, kAKBK>(s0, LC, Q, D, W, D, 1.f, false); },    // Q W^T
-                 [&](auto nw) { mmw<decltype(nw)::value, C, D, kAB, kAKBK>(s1, LC, Q, D, K, D, 1.f, false); });  // Q K^T
+      mm_nosync<C, D, kA, kAKBK>(s0, LC, Q, D, W, D, 1.f, false);    // Q W^T
+      mm<C, D, kAB, kAKBK>(s1, LC, Q, D, K, D, 1.f, false);  // Q K^T
       mask2(s0, s1, [](int i, int jj) { return jj <= i; });  // QWl = lower(Q W^T), lower(Q K^T)
-      pair<kConcurrentPairs>([&](auto nw) { mmw<decltype(nw)::value, C, C, kNone, kAK>(s1, LC, s0, LC, sKc, LC, -1.f, true); },  // S -= QWl Kcorr (Eq. 12)
-                 [&](auto nw) { mmw<decltype(nw)::value, C, D, kAB, kAKBK>(s2, LC, dO, D, V, D, 1.f, false); });    // dO V^T
+      mm_nosync<C, C, kNone, kAK>(s1, LC, s0, LC, sKc, LC, -1.f, true);  // S -= QWl Kcorr (Eq. 12)
+      mm<C, D, kAB, kAKBK>(s2, LC, dO, D, V, D, 1.f, false);    // dO V^T
       // P = exp(l - lse) and dl = P (dO V^T - delta) on the causal part (Eq. 19-20); in base 2.
       for (int e = tid; e < C * C; e += kThreads) {
         const int i = e / C, jj = e % C;
@@ -379,9 +342,8 @@ __global__ void __launch_bounds__(256, 2) bwd_local_kernel(const BwdParams p) {
       }
       __syncthreads();
       float* dq = p.dqacc + qrow * C * D;  // holds dQ^ (Eq. 21), becomes dq
-      pair<kConcurrentPairs>(
-          [&](auto nw) { mmw<decltype(nw)::value, D, C, kB, kANBN>(p.dvacc + fac * C * D, D, s1, LC, dO, D, 1.f, true); },  // dV += P^T dO (Eq. 5)
-          [&](auto nw) { mmw<decltype(nw)::value, C, D, kNone, kAKBK>(s3, LC, dq, D, U, D, -1.f, false); });  // Q^ = Q - QWl U: dQWl = -dQ^ U^T (Eq. 26)
+      mm_nosync<D, C, kB, kANBN>(p.dvacc + fac * C * D, D, s1, LC, dO, D, 1.f, true);  // dV += P^T dO (Eq. 5)
+      mm<C, D, kNone, kAKBK>(s3, LC, dq, D, U, D, -1.f, false);  // Q^ = Q - QWl U: dQWl = -dQ^ U^T (Eq. 26)
       if constexpr (kGate) {
         // dG_t = sum_j dl_tj - sum_i dl_it (Eq. 7): the main kernel added the row sums over earlier key chunks
         // (dgrow) and stored minus the column sums over later query chunks (dgacc); this adds the diagonal block's.
@@ -397,37 +359,37 @@ __global__ void __launch_bounds__(256, 2) bwd_local_kernel(const BwdParams p) {
       }
       for (int e = tid; e < C * C; e += kThreads) s2[(e / C) * LC + e % C] *= p.scale;  // ds = scale dl (Eq. 6)
       __syncthreads();
-      pair<kConcurrentPairs>([&](auto nw) { mmw<decltype(nw)::value, D, C, kNone, kANBN>(dU, D, s0, LC, dq, D, -1.f, true); },  // dU -= QWl^T dQ^
-                    [&](auto nw) { mmw<decltype(nw)::value, C, C, kNone, kANBN>(dKc, C, s0, LC, s2, LC, -1.f, true); });  // S: dKcorr -= QWl^T dS (Eq. 27)
-      pair<kConcurrentPairs>([&](auto nw) { mmw<decltype(nw)::value, D, C, kB, kAK>(dq, D, s2, LC, K, D, 1.f, true); },  // dq += dQ^ (in place) + dS K
-                    [&](auto nw) { mmw<decltype(nw)::value, C, C, kNone, kAKBK>(s3, LC, s2, LC, sKc, LC, -1.f, true); });  // dQWl -= dS Kcorr^T
+      mm_nosync<D, C, kNone, kANBN>(dU, D, s0, LC, dq, D, -1.f, true);  // dU -= QWl^T dQ^
+      mm<C, C, kNone, kANBN>(dKc, C, s0, LC, s2, LC, -1.f, true);  // S: dKcorr -= QWl^T dS (Eq. 27)
+      mm_nosync<D, C, kB, kAK>(dq, D, s2, LC, K, D, 1.f, true);  // dq += dQ^ (in place) + dS K
+      mm<C, C, kNone, kAKBK>(s3, LC, s2, LC, sKc, LC, -1.f, true);  // dQWl -= dS Kcorr^T
       mask(s3, [](int i, int jj) { return jj <= i; });
-      pair<kConcurrentPairs>([&](auto nw) { mmw<decltype(nw)::value, D, C, kB, kANBN>(dk, D, s2, LC, Q, D, 1.f, true); },   // dk += dS^T Q
-                    [&](auto nw) { mmw<decltype(nw)::value, D, C, kNone, kAK>(dq, D, s3, LC, W, D, 1.f, true); });  // QWl: dq += dQWl W (Eq. 28)
+      mm_nosync<D, C, kB, kANBN>(dk, D, s2, LC, Q, D, 1.f, true);   // dk += dS^T Q
+      mm<D, C, kNone, kAK>(dq, D, s3, LC, W, D, 1.f, true);  // QWl: dq += dQWl W (Eq. 28)
       mm<D, C, kB, kANBN>(dW, D, s3, LC, Q, D, 1.f, true);  //      dW += dQWl^T Q
       write_rows<D>(static_cast<T*>(p.dq) + ci.b * p.sdq.b + (int64_t)ci.t0 * p.sdq.t + hq * p.sdq.h, p.sdq.t, dq, n);
     }
 
     // ---- Key side: Kcorr = T Y, U = T b W, T = (I + A)^{-1} (Eq. 29, 30).
     if (!(p.timing_skip & 64)) {
-    mm<C, D, kB, kAKBK>(s1, LC, W, D, K, D, 1.f, false);  // M = W K^T
-    for (int e = tid; e < C * C; e += kThreads) {       // Y = b strict_lower(M) again (not kept: shared memory)
-      const int i = e / C, j = e % C;
-      s3[i * LC + j] = j < i ? sBeta[i] * s1[i * LC + j] : 0.f;
+      mm<C, D, kB, kAKBK>(s1, LC, W, D, K, D, 1.f, false);  // M = W K^T
+      for (int e = tid; e < C * C; e += kThreads) {       // Y = b strict_lower(M) again (not kept: shared memory)
+        const int i = e / C, j = e % C;
+        s3[i * LC + j] = j < i ? sBeta[i] * s1[i * LC + j] : 0.f;
     }
     __syncthreads();
-    pair<kConcurrentPairs>([&](auto nw) { mmw<decltype(nw)::value, C, C, kNone, kAKBK>(s0, LC, dKc, C, s3, LC, 1.f, false); },   // dT = dKcorr Y^T
-               [&](auto nw) { mmw<decltype(nw)::value, C, C, kNone, kANBN>(s2, LC, sT, LC, dKc, C, 1.f, false); });  // dY = T^T dKcorr
+    mm_nosync<C, C, kNone, kAKBK>(s0, LC, dKc, C, s3, LC, 1.f, false);   // dT = dKcorr Y^T
+    mm<C, C, kNone, kANBN>(s2, LC, sT, LC, dKc, C, 1.f, false);  // dY = T^T dKcorr
     strict_lower_beta_backward(s2, s1, sBeta, sDbeta);  // Y = b strict_lower(M): dbeta, then dM = b dY
-    pair<kConcurrentPairs>([&](auto nw) { mmw<decltype(nw)::value, D, C, kB, kAK>(dW, D, s2, LC, K, D, 1.f, true); },       // dW += dM K
-                  [&](auto nw) { mmw<decltype(nw)::value, D, C, kNone, kANBN>(dk, D, s2, LC, W, D, 1.f, true); });  // dk += dM^T W
-    pair<kConcurrentPairs>([&](auto nw) { mmw<decltype(nw)::value, C, D, kNone, kAKBK>(s0, LC, dU, D, bW, D, 1.f, true); },    // dT += dU (b W)^T
-                  [&](auto nw) { mmw<decltype(nw)::value, D, C, kNone, kANBN>(dbW, D, sT, LC, dU, D, 1.f, false); });  // d(bW) = T^T dU
+    mm_nosync<D, C, kB, kAK>(dW, D, s2, LC, K, D, 1.f, true);       // dW += dM K
+    mm<D, C, kNone, kANBN>(dk, D, s2, LC, W, D, 1.f, true);  // dk += dM^T W
+    mm_nosync<C, D, kNone, kAKBK>(s0, LC, dU, D, bW, D, 1.f, true);    // dT += dU (b W)^T
+    mm<D, C, kNone, kANBN>(dbW, D, sT, LC, dU, D, 1.f, false);  // d(bW) = T^T dU
     add_row_dots<D>(sDbeta, dbW, W);
     for (int e = tid; e < C * D; e += kThreads) dW[e] += sBeta[e / D] * dbW[e];
     __syncthreads();
-    pair<kConcurrentPairs>([&](auto nw) { mmw<decltype(nw)::value, C, C, kNone, kANBN>(s2, LC, sT, LC, s0, LC, 1.f, false); },  // T^T dT
-               [&](auto nw) { mmw<decltype(nw)::value, C, D, kNone, kAKBK>(s1, LC, W, D, W, D, 1.f, false); });    // W W^T
+    mm_nosync<C, C, kNone, kANBN>(s2, LC, sT, LC, s0, LC, 1.f, false);  // T^T dT
+    mm<C, D, kNone, kAKBK>(s1, LC, W, D, W, D, 1.f, false);    // W W^T
     mm<C, C, kNone, kAKBK>(s3, LC, s2, LC, sT, LC, -1.f, false);  // dA = -T^T dT T^T (Eq. 30)
     strict_lower_beta_backward(s3, s1, sBeta, sDbeta);  // A = b strict_lower(W W^T): dbeta, then dN = b dA
     for (int e = tid; e < C * C; e += kThreads) {  // dN + dN^T
