@@ -134,7 +134,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> bwd(const Tensor& q, 
 // updated in place (rows [len, len + S) appended, earlier keys carried), lengths advanced by S. Registered for CPU
 // and CUDA alike: the dispatcher picks CUDA when any argument is a CUDA tensor, and the core then requires every
 // tensor, the cache's included, on q's device (its error names the tensor, e.g. a CPU cache with CUDA inputs:
-// "cache.k (output) must be on the device of q (cuda:0), got cpu"). On CUDA the kernels run on torch's current
+// "cache.k (output) must be on the device of q (cuda:0), got cpu:0"). On CUDA the kernels run on torch's current
 // stream with their scratch from torch's caching allocator, and read lengths on the device (nothing is read back).
 std::tuple<Tensor, Tensor> dec(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& beta,
                                const opt<Tensor>& g, opt<double> scale, const Tensor& cache_k, const Tensor& cache_v,

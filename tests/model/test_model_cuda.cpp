@@ -67,10 +67,13 @@ using Case = std::tuple<std::string, Precision>;  // device, precision
 class ModelCudaDecode : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
-    if (device().is_cuda() && !torch::cuda::is_available())
+    if (torch::Device(std::get<0>(GetParam())).is_cuda() && !torch::cuda::is_available())
       GTEST_SKIP() << "needs a CUDA device (this machine has none); runs on the H200 machine (tools/gpu_check.sh torch)";
   }
-  torch::Device device() const { return torch::Device(std::get<0>(GetParam())); }
+  // The parameter's device as tensors placed there report it: "cuda" resolves to the current one, "cuda:0".
+  torch::Device device() const {
+    return torch::empty({0}, torch::TensorOptions().device(torch::Device(std::get<0>(GetParam())))).device();
+  }
   Precision precision() const { return std::get<1>(GetParam()); }
 };
 

@@ -214,7 +214,7 @@ def test_mismatched_devices_and_dtypes_are_named_errors():
     x = on_device(exact_inputs(1, 2, 1, 1, False, seed=43), "cuda")
     cache = pathattn.DecodeCache(1, 8, 1, D, device="cuda")
     assert cache.device.type == "cuda" and cache.lengths.device.type == "cuda"
-    with pytest.raises(RuntimeError, match=r"cache.k .* must be on the device of q \(cpu\)"):
+    with pytest.raises(RuntimeError, match=r"cache.k .* must be on the device of q \(cpu:0\), got cuda:0"):
         pathattn.decode(**on_device(exact_inputs(1, 2, 1, 1, False, seed=43), "cpu"), cache=cache)
     cpu_lengths = pathattn.DecodeCache(1, 8, 1, D, device="cuda")
     cpu_lengths.lengths = cpu_lengths.lengths.cpu()
