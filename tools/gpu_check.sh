@@ -18,7 +18,7 @@
 #          googletest), bench/cuda/bench_train.py (forward+backward, peak memory, beside SDPA and fla) and bench_step
 #          (a ~100M-parameter PaTH vs RoPE training step); SKIP_TRAIN_BENCH=1 stops after the tests; PYTEST_ARGS
 #          picks the tests (default tests/python); DECODE_BENCH=1 also runs bench/cuda/bench_decode.py (ours, fla,
-#          SDPA decode steps)
+#          SDPA decode steps), DECODE_DRIFT=1 bench/cuda/decode_drift.py (f32 vs bf16 cache over 10,000 steps)
 #   model: only the model's bench_step
 #   model: the C++ model's training-step benchmark (bench_step: PaTH on our CUDA op vs RoPE on SDPA, bf16,
 #          98M parameters, T 4096, batch 8), built against the machine's torch in build-gpu-torch
@@ -237,6 +237,13 @@ if [ "$MODE" = torch ]; then
         > "$OUT/decode_bench.log" 2>&1
       note "bench_decode.py: rc=$? ($(( $(date +%s) - t0 )) s)"
       grep -vE "^\s*$" "$OUT/decode_bench.log" | tail -40 | tee -a "$SUMMARY"
+    fi
+    if [ "${DECODE_DRIFT:-0}" = 1 ]; then
+      t0=$(date +%s)
+      PYTHONUNBUFFERED=1 PATHATTN_LIBRARY=$LIB PYTHONPATH=$ROOT/python \
+        timeout ${DECODE_DRIFT_TIMEOUT:-240} python3 bench/cuda/decode_drift.py ${DECODE_DRIFT_ARGS:-} > "$OUT/decode_drift.log" 2>&1
+      note "decode_drift.py: rc=$? ($(( $(date +%s) - t0 )) s)"
+      tee -a "$SUMMARY" < "$OUT/decode_drift.log"
     fi
     if [ "${SKIP_TRAIN_BENCH:-0}" != 1 ]; then
       t0=$(date +%s)

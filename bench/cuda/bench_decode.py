@@ -5,6 +5,8 @@ sequence, no gate.
 * ours: pathattn's op on an f32 cache k, v [B, Tmax, H, D] with int32 lengths on the device: one pass that
   carries every cached key through the new token's H_t in place, attends, and appends (docs/cuda.md, "Decode").
   Bytes it must move: B L H D x 12 (k read + written, v read, f32).
+* ours bf16: the same op on a bf16 cache (k rounded at every carry: bench/cuda/decode_drift.py measures what
+  that costs in accuracy; v exact): B L H D x 6 bytes.
 * fla: what fla's PaTHAttention layer does per decoding step (fla/layers/path_attn.py at bc3b101): the rank-one
   update k - beta (k . w) w of the whole bf16 cache as one torch.compile'd elementwise function (as fla compiles
   it), torch.cat of the cache with the new key and value (a new copy of both every step), then fla's
@@ -55,13 +57,13 @@ def new_token(B, H, HQ, D, gen):
     return q, k, v, w, beta
 
 
-def bench_ours(B, L, H, HQ, D, iters, gen):
+def bench_ours(B, L, H, HQ, D, iters, gen, cache_dtype=torch.float32):
     import pathattn  # noqa: F401  (registers torch.ops.pathattn)
 
     Tmax = L + iters + 8
     ck = torch.randn(B, Tmax, H, D, device="cuda", generator=gen)
-    ck = ck / ck.norm(dim=-1, keepdim=True)
-    cv = torch.randn(B, Tmax, H, D, device="cuda", generator=gen)
+    ck = (ck / ck.norm(dim=-1, keepdim=True)).to(cache_dtype)
+    cv = torch.randn(B, Tmax, H, D, device="cuda", generator=gen).to(cache_dtype)
     lengths = torch.full((B,), L, dtype=torch.int32, device="cuda")
     q, k, v, w, beta = new_token(B, H, HQ, D, gen)
     step = lambda: torch.ops.pathattn.decode(q, k, v, w, beta, None, None, ck, cv, None, lengths)  # noqa: E731
@@ -69,6 +71,10 @@ def bench_ours(B, L, H, HQ, D, iters, gen):
     o, _ = step()
     assert torch.isfinite(o).all(), "ours: non-finite output"
     return us
+
+
+def bench_ours_bf16(B, L, H, HQ, D, iters, gen):
+    return bench_ours(B, L, H, HQ, D, iters, gen, torch.bfloat16)
 
 
 def bench_fla(B, L, H, HQ, D, iters, gen):
@@ -123,10 +129,12 @@ def main():
             print(f"# fla not importable ({e}): its column is left out")
             have_fla = False
 
-    head = ["D", "B", "L", "ours us", "ours TB/s", "% of copy", "fla us", "SDPA us", "fla / ours", "ours / SDPA"]
+    head = ["D", "B", "L", "ours us", "ours TB/s", "% of copy", "bf16 us", "bf16 %", "fla us", "SDPA us",
+            "fla / ours", "ours / SDPA", "bf16 / SDPA"]
     rows, t0 = [], time.time()
     print(f"# bench_decode.py on {torch.cuda.get_device_name()}, torch {torch.__version__}; H = {args.H}, "
-          f"HQ = {args.HQ}, bf16 q/k/v, ours f32 cache, fla and SDPA bf16 caches; median of {args.iters} steps")
+          f"HQ = {args.HQ}, bf16 q/k/v, ours f32 cache (bf16: k and v bf16), fla and SDPA bf16 caches; median of "
+          f"{args.iters} steps")
     print("  ".join(f"{h:>10}" for h in head))
     for D in args.D:
         for L in args.L:
@@ -137,7 +145,8 @@ def main():
                     continue
                 gen = torch.Generator(device="cuda").manual_seed(0)
                 cells = {}
-                for name, fn in (("ours", bench_ours), ("fla", bench_fla), ("sdpa", bench_sdpa)):
+                for name, fn in (("ours", bench_ours), ("bf16", bench_ours_bf16), ("fla", bench_fla),
+                                 ("sdpa", bench_sdpa)):
                     if name == "fla" and not have_fla:
                         cells[name] = None
                         continue
@@ -147,12 +156,14 @@ def main():
                         print(f"  {name} D {D} B {B} L {L}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
                         cells[name] = None
                     torch.cuda.empty_cache()
-                ours, fla_us, sdpa = cells["ours"], cells["fla"], cells["sdpa"]
+                ours, b16, fla_us, sdpa = cells["ours"], cells["bf16"], cells["fla"], cells["sdpa"]
                 tbps = B * L * args.H * D * 12 / (ours * 1e-6) / 1e12 if ours else None
+                tb16 = B * L * args.H * D * 6 / (b16 * 1e-6) / 1e12 if b16 else None
                 f = lambda x, p=1: "-" if x is None else f"{x:.{p}f}"  # noqa: E731
                 ratio = lambda a, b: "-" if a is None or b is None else f"{a / b:.2f}x"  # noqa: E731
-                row = [str(D), str(B), str(L), f(ours), f(tbps, 2), f(tbps and 100 * tbps / COPY_TBPS, 0),
-                       f(fla_us), f(sdpa), ratio(fla_us, ours), ratio(ours, sdpa)]
+                row = [str(D), str(B), str(L), f(ours), f(tbps, 2), f(tbps and 100 * tbps / COPY_TBPS, 0), f(b16),
+                       f(tb16 and 100 * tb16 / COPY_TBPS, 0), f(fla_us), f(sdpa), ratio(fla_us, ours),
+                       ratio(ours, sdpa), ratio(b16, sdpa)]
                 rows.append(row)
                 print("  ".join(f"{c:>10}" for c in row), flush=True)
     if args.md:

@@ -153,8 +153,9 @@ void backward(const Inputs& in, const TensorView& o, const TensorView& lse, cons
 
 // Decoding (docs/spec.md §4, docs/math.md Eq. 3, 17): the key cache of B sequences, owned by the caller.
 struct DecodeCache {
-  TensorView k;        // [B, Tmax, H, D] f32  rows [0, len): every key carried to its sequence's last token
-  TensorView v;        // [B, Tmax, H, DV] f32
+  TensorView k;        // [B, Tmax, H, D] f32 (CUDA: or bf16)  rows [0, len): every key carried to its sequence's
+                       // last token; a bf16 cache is rounded at every step's carry (docs/cuda.md "Decode": its drift)
+  TensorView v;        // [B, Tmax, H, DV] f32 (CUDA: or v's dtype, which stores the values exactly)
   TensorView gcum;     // [B, Tmax, HQ] f32 or f64  cumulative gates G_j; required iff the inputs have g
                        // (f64 keeps G_i - G_j exact at long T, docs/spec.md §6)
   TensorView lengths;  // [B] int32  tokens in the cache per sequence; decode() adds S. On the CPU for the CPU op, on
@@ -165,7 +166,7 @@ struct DecodeCache {
 // and lse [B, S, HQ] (out.kcache unused). S = 1 is one decoding step; S > 1 (speculative decoding, chunked prefill
 // on a cache) carries the cache with one UT factor per 64 tokens instead of S rank-one updates. Equal, to
 // rounding, to forward() over the longer sequence. A prefill continues from forward()'s kcache with v and G copied.
-// CPU: float32. CUDA: bf16 / f16 inputs, D = DV in {64, 128}, the cache in f32 with lengths on the device; there a
+// CPU: float32. CUDA: bf16 / f16 inputs, D = DV in {64, 128}, the cache as above with lengths on the device; there a
 // sequence whose lengths[b] + S exceeds Tmax gets NaN o and lse and is left untouched (docs/cuda.md "Decode").
 void decode(const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out, Backend backend = Backend::automatic);
 

@@ -77,14 +77,17 @@ class DecodeCache:
     to each sequence's last token), v [B, Tmax, H, DV], gcum [B, Tmax, HQ] f64 cumulative log gates (None without a
     gate), lengths [B] int32. All on one device, the device of the tokens decode() gets: the CPU (float32 inputs)
     or a CUDA device (bfloat16/float16 q, k, v, float32 w, beta, g, D = DV in {64, 128}), where lengths stays on
-    the device and the kernels read and advance it."""
+    the device and the kernels read and advance it. k and v are float32 by default; on CUDA k_dtype may be
+    bfloat16 (half the key traffic, but rounded at every step's carry: docs/cuda.md "Decode" measures the drift)
+    and v_dtype the tokens' v dtype (exact: values are never carried)."""
 
-    def __init__(self, B, Tmax, H, D, DV=None, HQ=None, gated=False, device=None):
+    def __init__(self, B, Tmax, H, D, DV=None, HQ=None, gated=False, device=None, k_dtype=torch.float32,
+                 v_dtype=torch.float32):
         DV = D if DV is None else DV
         HQ = H if HQ is None else HQ
         device = torch.device("cpu") if device is None else torch.device(device)
-        self.k = torch.zeros(B, Tmax, H, D, device=device)
-        self.v = torch.zeros(B, Tmax, H, DV, device=device)
+        self.k = torch.zeros(B, Tmax, H, D, device=device, dtype=k_dtype)
+        self.v = torch.zeros(B, Tmax, H, DV, device=device, dtype=v_dtype)
         self.gcum = torch.zeros(B, Tmax, HQ, dtype=torch.float64, device=device) if gated else None
         self.lengths = torch.zeros(B, dtype=torch.int32, device=device)
 
@@ -93,10 +96,11 @@ class DecodeCache:
         return self.k.device
 
     @classmethod
-    def from_prefill(cls, kcache, v, g=None, Tmax=None):
+    def from_prefill(cls, kcache, v, g=None, Tmax=None, k_dtype=torch.float32, v_dtype=torch.float32):
         """The cache after prefill(): kcache [B, T, H, D] from it, the prefill's v [B, T, H, DV] and g [B, T, HQ]
         (or None), with room for Tmax >= T tokens per sequence (default: T, i.e. full), on kcache's device (v and g
-        must be there too). A bfloat16 kcache (the CUDA prefill's, in k's dtype) is stored as float32."""
+        must be there too). Stored in k_dtype / v_dtype (float32 by default; a bfloat16 kcache, the CUDA prefill's,
+        is widened)."""
         B, T, H, D = kcache.shape
         Tmax = T if Tmax is None else Tmax
         if Tmax < T:
@@ -108,7 +112,7 @@ class DecodeCache:
                     f"got {t.device}"
                 )
         c = cls(B, Tmax, H, D, v.shape[3], g.shape[2] if g is not None else H, gated=g is not None,
-                device=kcache.device)
+                device=kcache.device, k_dtype=k_dtype, v_dtype=v_dtype)
         c.k[:, :T] = kcache
         c.v[:, :T] = v
         if g is not None:

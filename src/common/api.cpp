@@ -152,8 +152,18 @@ void decode(const Inputs& in, const DecodeCache& cache, const ForwardOutputs& ou
   if (Support s = supports(in, backend, Op::decode); !s) throw Error("pathattn: " + s.reason);
   if (cache.k.ndim != 4) throw Error("pathattn: cache.k must have 4 dimensions [B, Tmax, H, D], got " + std::to_string(cache.k.ndim));
   const int64_t Tmax = cache.k.sizes[1];
-  check_output(cache.k, "cache.k", {p.B, Tmax, p.H, p.D}, DType::f32, p);
-  check_output(cache.v, "cache.v", {p.B, Tmax, p.H, p.DV}, DType::f32, p);
+  // The cache's dtypes: f32 everywhere; on CUDA also keys in bf16 (rounded at every carry: docs/cuda.md "Decode"
+  // measures the drift) and values in v's dtype (never carried, so exact: they are the inputs' own values).
+  const bool cuda = p.device == Device::cuda;
+  if (cache.k.dtype != DType::f32 && !(cuda && cache.k.dtype == DType::bf16))
+    throw Error(std::string("pathattn: cache.k must have dtype float32") + (cuda ? " or bfloat16" : " (the CPU decode)") +
+                ", got " + dtype_name(cache.k.dtype));
+  if (cache.v.dtype != DType::f32 && !(cuda && cache.v.dtype == in.v.dtype))
+    throw Error(std::string("pathattn: cache.v must have dtype float32") +
+                (cuda ? std::string(" or v's dtype (") + dtype_name(in.v.dtype) + ")" : std::string(" (the CPU decode)")) +
+                ", got " + dtype_name(cache.v.dtype));
+  check_output(cache.k, "cache.k", {p.B, Tmax, p.H, p.D}, cache.k.dtype, p);
+  check_output(cache.v, "cache.v", {p.B, Tmax, p.H, p.DV}, cache.v.dtype, p);
   if (p.has_gate) {
     if (!cache.gcum.defined()) throw Error("pathattn: cache.gcum [B, Tmax, HQ] is required when g is given");
     if (cache.gcum.dtype != DType::f32 && cache.gcum.dtype != DType::f64)

@@ -284,7 +284,7 @@ Support supports_decode(const Problem& p, const Inputs& in) {
 void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out) {
   if (Support s = supports_decode(p, in); !s) throw Error("pathattn: cuda decode: " + s.reason);
   if (Support s = check_rows(out.o, "o", 2); !s) throw Error("pathattn: cuda decode: " + s.reason);
-  // Cache rows go through float4 loads and stores.
+  // Cache rows go through 4-element loads and stores (float4, or 8 bytes for a bf16 / f16 cache).
   for (auto [t, name] : {std::pair{&cache.k, "cache.k"}, {&cache.v, "cache.v"}})
     if (Support s = check_rows(*t, name, 4); !s) throw Error("pathattn: cuda decode: " + s.reason);
   const int64_t Tmax = cache.k.sizes[1];
@@ -314,8 +314,10 @@ void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const 
 
   DecodeParams prm{};
   fill_inputs(prm, p, in);
-  prm.ck = static_cast<float*>(cache.k.data);
-  prm.cv = static_cast<float*>(cache.v.data);
+  prm.ck = cache.k.data;
+  prm.ck_bf16 = cache.k.dtype == DType::bf16;
+  prm.cv = cache.v.data;
+  prm.cv_low = cache.v.dtype != DType::f32;  // v's dtype (pathattn::decode checked it)
   prm.sck = strides_of(cache.k);
   prm.scv = strides_of(cache.v);
   if (p.has_gate) {

@@ -9,6 +9,10 @@
 
 namespace pathattn::cuda {
 
+// At most this many split blocks per (sequence, kv head) (plan.cu's decode_splits; the combine kernel keeps one
+// weight per split in shared memory).
+constexpr int kDecodeMaxSplits = 1024;
+
 struct DecodeParams {
   // The step's new tokens (device pointers), [B, S, ...] views; the launch for token `step` reads t = step.
   const void* q;      // [B, S, HQ, D]  bf16 / f16 (the kernel's T)
@@ -22,9 +26,11 @@ struct DecodeParams {
   int step;           // which of the S new tokens this launch pair appends (0 .. S-1)
   int S;
 
-  // The caller's cache, f32, rows [0, lengths[b]) valid; updated in place.
-  float* ck;          // [B, Tmax, H, D]   keys carried to the sequence's last token (docs/math.md Eq. 3)
-  float* cv;          // [B, Tmax, H, D]
+  // The caller's cache, rows [0, lengths[b]) valid; updated in place.
+  void* ck;           // [B, Tmax, H, D]   keys carried to the sequence's last token (docs/math.md Eq. 3), f32 or
+  bool ck_bf16;       //                   bf16 (ck_bf16: rounded at every carry)
+  void* cv;           // [B, Tmax, H, D]   f32, or T (cv_low: the values as given, exactly)
+  bool cv_low;
   void* cg;           // [B, Tmax, HQ]     cumulative gates G_j, f32 or f64 (cg_f64); null without gate
   bool cg_f64;
   Strides sck, scv, scg;

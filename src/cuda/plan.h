@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/problem.h"
+#include "cuda/decode_params.h"
 #include "cuda/params.h"
 
 namespace pathattn::cuda {
@@ -38,7 +39,7 @@ inline int bwd_pair_group(int64_t rows) {
 // Decode: blocks per (sequence, kv head) of the split kernel (kernels/decode.cuh), from sizes the host knows (the
 // cache's lengths live on the device and split evenly inside the kernel): enough blocks for a few waves over `sms`
 // multiprocessors, but at least kDecodeMinRows cache rows per split at a full cache (Tmax), at most kDecodeMaxSplits.
-constexpr int kDecodeMinRows = 128, kDecodeMaxSplits = 1024;
+constexpr int kDecodeMinRows = 128;  // kDecodeMaxSplits: decode_params.h (the combine kernel sizes by it)
 int decode_splits(int64_t B, int64_t H, int64_t Tmax, int sms);
 
 }  // namespace pathattn::cuda

@@ -42,6 +42,8 @@ struct DecodeCase {
   bool gcum_f64 = true;         // cache.gcum in f64 (else f32)
   bool w_lowp = false;          // w given in bf16
   bool cuda_prefill = false;    // the prefill's kcache from the CUDA forward (bf16 / f16), else the CPU forward (f32)
+  bool k_bf16 = false;          // cache.k in bf16 (rounded at every step's carry), else f32; single steps only
+  bool v_low = false;           // cache.v in the inputs' dtype, else f32
   uint64_t seed = 1;
   std::string name() const {
     std::string s = "B" + std::to_string(prompt.size()) + "_H" + std::to_string(H) + "_HQ" + std::to_string(HQ) +
@@ -52,6 +54,8 @@ struct DecodeCase {
     if (gate && !gcum_f64) s += "_gcum32";
     if (w_lowp) s += "_wbf16";
     if (cuda_prefill) s += "_cudaprefill";
+    if (k_bf16) s += "_kbf16";
+    if (v_low) s += "_vlow";
     return s;
   }
 };
@@ -154,8 +158,12 @@ TEST_P(CudaDecode, MatchesCpuDecodeAndReference) {
   const DType gdt = dc.gcum_f64 ? DType::f64 : DType::f32;
   const std::vector<double> hlen(dc.prompt.begin(), dc.prompt.end());
 
-  // Device cache and the CPU decode's twin, from the same numbers.
-  DevTensor dk(hk, {B, Tmax, H, D}, DType::f32, false), dv(hv, {B, Tmax, H, D}, DType::f32, false),
+  // Device cache and the CPU decode's twin, from the same numbers. A bf16 key cache: the twin (an f32 cache) is
+  // rounded to bf16 before the first step and after every step, as the kernel stores each carried row; the CPU
+  // decode computes in f32 from those rows, as the kernel does. (A call of S > 1 tokens would round once per call
+  // on the CPU but once per token on the GPU: bf16 cases take single steps.) Values in the inputs' dtype are exact.
+  const DType kdt = dc.k_bf16 ? DType::bf16 : DType::f32, vdt = dc.v_low ? dc.dt : DType::f32;
+  DevTensor dk(hk, {B, Tmax, H, D}, kdt, false), dv(hv, {B, Tmax, H, D}, vdt, false),
       dg(hg, {B, Tmax, HQ}, gdt, false), dlen(hlen, {B}, DType::i32, false);
   Buffer<float> ck({B, Tmax, H, D}, DType::f32), cv({B, Tmax, H, D}, DType::f32);
   Buffer<double> cg64({B, Tmax, HQ}, DType::f64);
@@ -166,6 +174,13 @@ TEST_P(CudaDecode, MatchesCpuDecodeAndReference) {
   cg64.fill_from(hg);
   cg32.fill_from(hg);
   for (int64_t b = 0; b < B; ++b) clen.data()[b] = static_cast<int32_t>(dc.prompt[b]);
+  auto round_twin_keys = [&] {
+    if (!dc.k_bf16) return;
+    float* x = ck.data();
+    for (int64_t e = 0; e < B * Tmax * H * D; ++e) x[e] = std::isnan(x[e]) ? x[e] : round_to(x[e], DType::bf16);
+  };
+  ASSERT_TRUE(!dc.k_bf16 || dc.chunks.empty()) << "a bf16 key cache case must take single steps";
+  round_twin_keys();
 
   // The new tokens: token n of sequence b (position prompt_b + n) at [b, n].
   auto stepped = [&](const std::vector<double>& x, int64_t width) {
@@ -203,6 +218,7 @@ TEST_P(CudaDecode, MatchesCpuDecodeAndReference) {
                                      ForwardOutputs{rows(go.view, n, S), rows(glse.view, n, S), {}}, Backend::cuda));
     ASSERT_NO_THROW(pathattn::decode(step_inputs(cin, n, S), ccache,
                                      ForwardOutputs{rows(co.view, n, S), rows(clse.view, n, S), {}}, Backend::cpu));
+    round_twin_keys();
     n += S;
   }
   TEST_CUDA(cudaDeviceSynchronize());
@@ -213,7 +229,13 @@ TEST_P(CudaDecode, MatchesCpuDecodeAndReference) {
   EXPECT_TRUE(go.buf.guards_intact() && glse.buf.guards_intact()) << "a write outside o or lse";
   EXPECT_TRUE(dk.buf.guards_intact() && dv.buf.guards_intact() && dg.buf.guards_intact() && dlen.buf.guards_intact())
       << "a write outside the cache";
-  const std::vector<double> gk = download<float>(dk), gv = download<float>(dv);
+  auto download_cache = [](const DevTensor& t, DType dt) {
+    if (dt == DType::f32) return download<float>(t);
+    std::vector<double> r;
+    for (uint16_t u : t.buf.download<uint16_t>()) r.push_back(from_lowp(u, dt));
+    return r;
+  };
+  const std::vector<double> gk = download_cache(dk, kdt), gv = download_cache(dv, vdt);
   const std::vector<double> gg = dc.gcum_f64 ? download<double>(dg) : download<float>(dg);
   const std::vector<double> glen = download<int32_t>(dlen);
 
@@ -234,11 +256,16 @@ TEST_P(CudaDecode, MatchesCpuDecodeAndReference) {
     return r;
   };
 
-  // (a) The CPU decode on the same inputs and cache.
+  // (a) The CPU decode on the same inputs and cache. With a bf16 key cache the two sides round rows that differ by
+  // f32 rounding, which now and then lands on different sides of a bf16 rounding boundary: such an element differs
+  // by one bf16 ulp, in a small fraction of the elements, so the cache (and through it lse) may differ by the bf16
+  // unit roundoff on top (tests/tolerances.h).
   const double u = dc.dt == DType::bf16 ? tol::kBf16UnitRoundoff : tol::kF16UnitRoundoff;
-  expect_close("o", o, co.to_vector(), u + tol::kCudaDecodeVsCpu);
-  expect_close("lse", lse, clse.to_vector(), tol::kCudaDecodeVsCpu);
-  expect_close("cache.k", valid_rows(gk, H * D, true), valid_rows(ck.to_vector(), H * D, false), tol::kCudaDecodeVsCpu);
+  const double uk = dc.k_bf16 ? tol::kBf16UnitRoundoff : 0.0;
+  expect_close("o", o, co.to_vector(), u + uk + tol::kCudaDecodeVsCpu);
+  expect_close("lse", lse, clse.to_vector(), uk + tol::kCudaDecodeVsCpu);
+  expect_close("cache.k", valid_rows(gk, H * D, true), valid_rows(ck.to_vector(), H * D, false),
+               uk + tol::kCudaDecodeVsCpu);
   expect_close("cache.v", valid_rows(gv, H * D, true), valid_rows(cv.to_vector(), H * D, false), tol::kCudaDecodeVsCpu);
   if (dc.gate)
     expect_close("cache.gcum", valid_rows(gg, HQ, true),
@@ -248,7 +275,10 @@ TEST_P(CudaDecode, MatchesCpuDecodeAndReference) {
     EXPECT_EQ(clen.data()[b], dc.prompt[b] + N) << "the CPU decode's lengths[" << b << "]";
   }
 
-  // (b) The f64 reference forward over each whole sequence, FlashAttention's rule.
+  // (b) The f64 reference forward over each whole sequence, FlashAttention's rule. The low-precision baseline is
+  // the plain low-precision forward (lowp_baseline.h); with a bf16 key cache it is the twin instead, the same
+  // decode done plainly: f32 arithmetic on a cache rounded to bf16 at every step, o rounded to the output dtype.
+  const std::vector<double> twin_o = co.to_vector(), twin_lse = clse.to_vector(), twin_k = ck.to_vector();
   std::vector<double> ro, bo, xo, rl, bl, xl, rk, bk, xk;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t p = dc.prompt[b], Tb = p + N;
@@ -260,18 +290,19 @@ TEST_P(CudaDecode, MatchesCpuDecodeAndReference) {
     for (int64_t n = 0; n < N; ++n) {
       for (int64_t e = 0; e < HQ * D; ++e) {
         ro.push_back(r_o[(p + n) * HQ * D + e]);
-        bo.push_back(base.o[(p + n) * HQ * D + e]);
+        bo.push_back(dc.k_bf16 ? round_to(static_cast<float>(twin_o[(b * N + n) * HQ * D + e]), dc.dt)
+                               : base.o[(p + n) * HQ * D + e]);
         xo.push_back(o[(b * N + n) * HQ * D + e]);
       }
       for (int64_t j = 0; j < HQ; ++j) {
         rl.push_back(r_lse[(p + n) * HQ + j]);
-        bl.push_back(base.lse[(p + n) * HQ + j]);
+        bl.push_back(dc.k_bf16 ? twin_lse[(b * N + n) * HQ + j] : base.lse[(p + n) * HQ + j]);
         xl.push_back(lse[(b * N + n) * HQ + j]);
       }
     }
     for (int64_t e = 0; e < Tb * H * D; ++e) {
       rk.push_back(r_kc[e]);
-      bk.push_back(base.kcache[e]);
+      bk.push_back(dc.k_bf16 ? twin_k[b * Tmax * H * D + e] : base.kcache[e]);
       xk.push_back(gk[b * Tmax * H * D + e]);
     }
   }
@@ -309,6 +340,15 @@ std::vector<DecodeCase> cases() {
   c.push_back({.H = 1, .HQ = 4, .D = 128, .dt = DType::f16, .prompt = {64, 2}, .steps = 20, .cuda_prefill = true, .seed = 8});
   // 1,000 decoding steps: the carried cache over many updates, the gate's G over a long sequence.
   c.push_back({.H = 1, .HQ = 4, .D = 64, .gate = true, .prompt = {24}, .steps = 1000, .seed = 9});
+  // Low-precision caches: bf16 keys with values in the inputs' dtype (bf16, f16; D 64, 128; GQA, gate, lengths 0
+  // and across chunks), values alone in the inputs' dtype, and bf16 keys over 300 steps.
+  c.push_back({.H = 2, .HQ = 8, .D = 64, .gate = true, .prompt = {0, 1, 77}, .steps = 40, .k_bf16 = true,
+               .v_low = true, .seed = 10});
+  c.push_back({.H = 2, .HQ = 4, .D = 128, .dt = DType::f16, .prompt = {65, 3}, .steps = 30, .beta = BD::near2,
+               .k_bf16 = true, .v_low = true, .seed = 11});
+  c.push_back({.H = 2, .HQ = 4, .D = 64, .dt = DType::f16, .prompt = {5, 70}, .steps = 20, .chunks = {1, 4, 15},
+               .v_low = true, .seed = 12});
+  c.push_back({.H = 1, .HQ = 2, .D = 128, .gate = true, .prompt = {40}, .steps = 300, .k_bf16 = true, .seed = 13});
   return c;
 }
 INSTANTIATE_TEST_SUITE_P(Cases, CudaDecode, ::testing::ValuesIn(cases()),

@@ -51,3 +51,8 @@ def test_full_cache_and_wrong_dtype_are_named_errors():
     x64 = {n: (t.double() if t is not None else None) for n, t in x.items()}
     with pytest.raises(RuntimeError, match="decode runs on CPU float32"):
         pathattn.decode(**x64, cache=pathattn.DecodeCache(B, 8, H, D))
+    # Low-precision caches are a CUDA option (tests/python/test_decode_cuda.py); the CPU decode keeps f32 rows.
+    with pytest.raises(RuntimeError, match=r"cache.k must have dtype float32 \(the CPU decode\), got bfloat16"):
+        pathattn.decode(**x, cache=pathattn.DecodeCache(B, 8, H, D, k_dtype=torch.bfloat16))
+    with pytest.raises(RuntimeError, match=r"cache.v must have dtype float32 \(the CPU decode\), got bfloat16"):
+        pathattn.decode(**x, cache=pathattn.DecodeCache(B, 8, H, D, v_dtype=torch.bfloat16))

@@ -222,8 +222,11 @@ def test_mismatched_devices_and_dtypes_are_named_errors():
         pathattn.decode(**x, cache=cpu_lengths)
     with pytest.raises(RuntimeError, match="q must have dtype bfloat16 or float16, got float32"):
         pathattn.decode(**{**x, "q": x["q"].float()}, cache=cache)
-    bf16_cache = pathattn.DecodeCache(1, 8, 1, D, device="cuda")
-    bf16_cache.k = bf16_cache.k.to(torch.bfloat16)
-    with pytest.raises(RuntimeError, match="cache.k .* must have dtype float32, got bfloat16"):
-        pathattn.decode(**x, cache=bf16_cache)
-    assert cache.lengths.tolist() == [0] and bf16_cache.lengths.tolist() == [0]  # refused calls change nothing
+    f16_keys = pathattn.DecodeCache(1, 8, 1, D, device="cuda", k_dtype=torch.float16)
+    with pytest.raises(RuntimeError, match="cache.k must have dtype float32 or bfloat16, got float16"):
+        pathattn.decode(**x, cache=f16_keys)
+    f16_values = pathattn.DecodeCache(1, 8, 1, D, device="cuda", v_dtype=torch.float16)  # x's v is bfloat16
+    with pytest.raises(RuntimeError, match=r"cache.v must have dtype float32 or v's dtype \(bfloat16\), got float16"):
+        pathattn.decode(**x, cache=f16_values)
+    # refused calls change nothing
+    assert cache.lengths.tolist() == [0] and f16_keys.lengths.tolist() == [0] and f16_values.lengths.tolist() == [0]

@@ -1,6 +1,6 @@
 // One decoding step on the GPU (docs/spec.md §4, docs/math.md Eq. 3, 4; docs/cuda.md "Decode"): token t of
-// sequence b arrives with q_t, k_t, v_t, w_t, beta_t (and g_t); the f32 cache holds rows j < L0 = lengths[b], every
-// key carried to token t - 1. The step
+// sequence b arrives with q_t, k_t, v_t, w_t, beta_t (and g_t); the cache holds rows j < L0 = lengths[b], every
+// key carried to token t - 1 (keys f32 or bf16, values f32 or T; all arithmetic in f32). The step
 //   1. carries every cached key over H_t:  c_j <- c_j - beta_t (w_t . c_j) w_t                       (Eq. 3)
 //   2. attends:  l_tj = scale q_t . c_j + G_t - G_j for j < L0, and l_tt = scale q_t . k_t (the new key is not
 //      carried by its own H_t: the query's H_t is in the product, the key's is not, docs/spec.md §1)   (Eq. 4)
@@ -21,7 +21,8 @@
 // split block, so it can only change once they have all run).
 //
 // Everything is f32 on CUDA cores (no tensor cores: one query row per kv head is a matrix-vector product, bound
-// by reading and writing the cache, 3 x 4 D bytes per cached row per kv head). A sequence whose length does not
+// by reading and writing the cache: 3 x 4 D bytes per cached row per kv head with f32 keys and values, 3 x 2 D with
+// bf16 keys and T values). A sequence whose length does not
 // fit (lengths[b] < 0 or lengths[b] + S > Tmax) gets NaN o and lse for all S tokens and is left untouched: the host
 // cannot check values it does not read.
 #pragma once
@@ -62,6 +63,23 @@ __device__ __forceinline__ float4 load4(const void* base, int64_t off) {
   const uint32_t* p = reinterpret_cast<const uint32_t*>(static_cast<const T*>(base) + off);
   const float2 a = TypeTraits<T>::unpack(p[0]), b = TypeTraits<T>::unpack(p[1]);
   return make_float4(a.x, a.y, b.x, b.y);
+}
+
+// 4 cache elements at element offset `off`: f32, or bf16 / f16 (X) when `low` (uniform over the launch).
+template <typename X>
+__device__ __forceinline__ float4 load_cache4(const void* base, int64_t off, bool low) {
+  return low ? load4<X>(base, off) : *reinterpret_cast<const float4*>(static_cast<const float*>(base) + off);
+}
+template <typename X>
+__device__ __forceinline__ void store_cache4(void* base, int64_t off, const float4& x, bool low) {
+  if (low) {
+    uint2 u;
+    u.x = TypeTraits<X>::pack(x.x, x.y);
+    u.y = TypeTraits<X>::pack(x.z, x.w);
+    *reinterpret_cast<uint2*>(static_cast<X*>(base) + off) = u;
+  } else {
+    *reinterpret_cast<float4*>(static_cast<float*>(base) + off) = x;
+  }
 }
 
 __device__ __forceinline__ double load_gcum(const DecodeParams& p, int64_t off) {
@@ -119,12 +137,12 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const D
     knew = load4<T>(p.k, b * p.sk.b + t * p.sk.t + h * p.sk.h + d0);
     vnew = load4<T>(p.v, b * p.sv.b + t * p.sv.t + h * p.sv.h + d0);
     if (team == 0) {
-      *reinterpret_cast<float4*>(p.ck + b * p.sck.b + L0 * p.sck.t + h * p.sck.h + d0) = knew;
-      *reinterpret_cast<float4*>(p.cv + b * p.scv.b + L0 * p.scv.t + h * p.scv.h + d0) = vnew;
+      store_cache4<__nv_bfloat16>(p.ck, b * p.sck.b + L0 * p.sck.t + h * p.sck.h + d0, knew, p.ck_bf16);
+      store_cache4<T>(p.cv, b * p.scv.b + L0 * p.scv.t + h * p.scv.h + d0, vnew, p.cv_low);  // exact in T
     }
   }
-  float* ck = p.ck + b * p.sck.b + h * p.sck.h + d0;  // row j at ck + j * sck.t
-  const float* cv = p.cv + b * p.scv.b + h * p.scv.h + d0;
+  const int64_t ck0 = b * p.sck.b + h * p.sck.h + d0;  // row j at ck0 + j * sck.t
+  const int64_t cv0 = b * p.scv.b + h * p.scv.h + d0;
 
   for (int hp = 0; hp < p.group; hp += kG) {
     const bool carry = hp == 0;  // the first pass carries each row over H_t and writes it back
@@ -164,15 +182,15 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const D
       for (int u = 0; u < kU; ++u) {
         row[u] = base + u * kTeams + team;
         ok[u] = row[u] < r1;
-        c[u] = ok[u] ? *reinterpret_cast<const float4*>(ck + row[u] * p.sck.t) : make_float4(0.f, 0.f, 0.f, 0.f);
-        vv[u] = ok[u] ? *reinterpret_cast<const float4*>(cv + row[u] * p.scv.t) : make_float4(0.f, 0.f, 0.f, 0.f);
+        c[u] = ok[u] ? load_cache4<__nv_bfloat16>(p.ck, ck0 + row[u] * p.sck.t, p.ck_bf16) : make_float4(0.f, 0.f, 0.f, 0.f);
+        vv[u] = ok[u] ? load_cache4<T>(p.cv, cv0 + row[u] * p.scv.t, p.cv_low) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
       if (carry) {
 #pragma unroll
         for (int u = 0; u < kU; ++u) {
           const float a = team_sum<kTeam>(dot4(w4, c[u])) * beta;  // beta_t (w_t . c_j)
           c[u] = axpy4(-a, w4, c[u]);
-          if (ok[u]) *reinterpret_cast<float4*>(ck + row[u] * p.sck.t) = c[u];
+          if (ok[u]) store_cache4<__nv_bfloat16>(p.ck, ck0 + row[u] * p.sck.t, c[u], p.ck_bf16);
         }
       }
 #pragma unroll
@@ -234,36 +252,75 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const D
   }
 }
 
-// One block of D threads per (sequence, query head): o = sum_s 2^(m_s - M) o_s / L, lse = (M + log2 L) ln 2.
+// One block of kCombineThreads per (sequence, query head): o = sum_s 2^(m_s - M) o_s / L, lse = (M + log2 L) ln 2.
+// Parallel over the splits: a loop over them with one dependent load per split cost about 0.8 us per split (L2
+// latency), ~100 us of a 114 us step at B = 1, L = 16k with 128 splits (docs/perf/notes.md, decode v2). Here the
+// weights 2^(m_s - M) go through shared memory once, and each output element's sum over the splits is shared by
+// kCombineThreads / D threads whose loads do not depend on each other. Every split writes its partial (an empty one
+// m = -inf, l = 0, o = 0: weight 0), so the sums need no branch. Fixed summation order: deterministic.
+constexpr int kCombineThreads = 256;
+template <int kThreads>
+__device__ __forceinline__ float block_reduce(float x, float* red, bool is_max) {  // every thread gets the result
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float y = __shfl_xor_sync(0xffffffffu, x, off);
+    x = is_max ? fmaxf(x, y) : x + y;
+  }
+  if (lane == 0) red[warp] = x;
+  __syncthreads();
+  x = red[0];
+#pragma unroll
+  for (int w = 1; w < kThreads / 32; ++w) x = is_max ? fmaxf(x, red[w]) : x + red[w];
+  __syncthreads();  // red is reused by the next reduction
+  return x;
+}
+
 template <typename T, int D>
-__global__ void __launch_bounds__(D) decode_combine_kernel(const DecodeParams p) {
-  const int hq = static_cast<int>(blockIdx.x % p.HQ), b = static_cast<int>(blockIdx.x / p.HQ), d = threadIdx.x;
-  const int t = p.step, ns = p.num_splits;
+__global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const DecodeParams p) {
+  constexpr int kParts = kCombineThreads / D;  // threads per output element
+  static_assert(kCombineThreads % D == 0, "D must divide the combine block");
+  __shared__ float sw[kDecodeMaxSplits];  // the splits' weights 2^(m_s - M)
+  __shared__ float sred[kCombineThreads / 32];
+  __shared__ float so[kParts][D];
+  const int hq = static_cast<int>(blockIdx.x % p.HQ), b = static_cast<int>(blockIdx.x / p.HQ);
+  const int t = p.step, ns = p.num_splits, tid = threadIdx.x;
   T* o = static_cast<T*>(p.o) + b * p.so.b + t * p.so.t + hq * p.so.h;
   float* lse = p.lse + b * p.slse.b + t * p.slse.t + hq * p.slse.h;
   const int64_t before = p.len_snap[b];  // lengths[b] before the call
   if (before < 0 || before + p.S > p.Tmax) {  // the split kernel left this sequence alone
-    o[d] = TypeTraits<T>::from_float(NAN);
-    if (d == 0) *lse = NAN;
+    for (int d = tid; d < D; d += kCombineThreads) o[d] = TypeTraits<T>::from_float(NAN);
+    if (tid == 0) *lse = NAN;
     return;
   }
   const int64_t part = (static_cast<int64_t>(b) * p.HQ + hq) * ns;
   const float* ml = p.part_ml + part * 2;
-  const float* po = p.part_o + part * D + d;
   float M = -INFINITY;
-  for (int s = 0; s < ns; ++s) M = fmaxf(M, ml[2 * s]);
-  float L = 0.f, O = 0.f;
-  for (int s = 0; s < ns; ++s) {
+  for (int s = tid; s < ns; s += kCombineThreads) M = fmaxf(M, ml[2 * s]);
+  M = block_reduce<kCombineThreads>(M, sred, true);  // > -inf: split 0 holds the new token's own logit
+  float L = 0.f;
+  for (int s = tid; s < ns; s += kCombineThreads) {
     const float ms = ml[2 * s];
-    if (ms == -INFINITY) continue;  // an empty split (fewer rows than splits)
-    const float wgt = exp2f(ms - M);
+    const float wgt = ms == -INFINITY ? 0.f : exp2f(ms - M);
+    sw[s] = wgt;
     L += wgt * ml[2 * s + 1];
-    O += wgt * po[static_cast<int64_t>(s) * D];
   }
-  o[d] = TypeTraits<T>::from_float(O / L);
-  if (d == 0) {
-    *lse = (M + log2f(L)) * 0.6931471805599453f;
-    if (hq == 0) p.lengths[b * p.slen] = static_cast<int32_t>(before + t + 1);
+  L = block_reduce<kCombineThreads>(L, sred, false);  // its barriers also publish sw
+  const int d = tid % D, q = tid / D;
+  const float* po = p.part_o + part * D + d;
+  float O = 0.f;
+#pragma unroll 8
+  for (int s = q; s < ns; s += kParts) O = fmaf(sw[s], po[static_cast<int64_t>(s) * D], O);
+  so[q][d] = O;
+  __syncthreads();
+  if (q == 0) {
+#pragma unroll
+    for (int r = 1; r < kParts; ++r) O += so[r][d];
+    o[d] = TypeTraits<T>::from_float(O / L);
+    if (d == 0) {
+      *lse = (M + log2f(L)) * 0.6931471805599453f;
+      if (hq == 0) p.lengths[b * p.slen] = static_cast<int32_t>(before + t + 1);
+    }
   }
 }
 

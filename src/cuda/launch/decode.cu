@@ -16,7 +16,7 @@ void launch_decode(const DecodeParams& p, int S, cudaStream_t stream) {
     prm.step = s;
     decode_split_kernel<T, D, kG><<<split_blocks, kDecodeThreads, 0, stream>>>(prm);
     CUDA_CHECK_LAUNCH("decode_split_kernel");
-    decode_combine_kernel<T, D><<<combine_blocks, D, 0, stream>>>(prm);
+    decode_combine_kernel<T, D><<<combine_blocks, kCombineThreads, 0, stream>>>(prm);
     CUDA_CHECK_LAUNCH("decode_combine_kernel");
   }
 }
