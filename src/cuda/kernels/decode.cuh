@@ -32,6 +32,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/decode_params.h"
 #include "cuda/kernels/common.cuh"
@@ -65,20 +66,24 @@ __device__ __forceinline__ float4 load4(const void* base, int64_t off) {
   return make_float4(a.x, a.y, b.x, b.y);
 }
 
-// 4 cache elements at element offset `off`: f32, or bf16 / f16 (X) when `low` (uniform over the launch).
+// 4 cache elements of type X (float, or bf16 / f16) at element offset `off`. The cache's types are template
+// parameters of the kernel: a runtime choice between the two loads cost ~6% at large batches (decode v2, notes.md).
 template <typename X>
-__device__ __forceinline__ float4 load_cache4(const void* base, int64_t off, bool low) {
-  return low ? load4<X>(base, off) : *reinterpret_cast<const float4*>(static_cast<const float*>(base) + off);
+__device__ __forceinline__ float4 load_cache4(const void* base, int64_t off) {
+  if constexpr (std::is_same_v<X, float>)
+    return *reinterpret_cast<const float4*>(static_cast<const float*>(base) + off);
+  else
+    return load4<X>(base, off);
 }
 template <typename X>
-__device__ __forceinline__ void store_cache4(void* base, int64_t off, const float4& x, bool low) {
-  if (low) {
+__device__ __forceinline__ void store_cache4(void* base, int64_t off, const float4& x) {
+  if constexpr (std::is_same_v<X, float>) {
+    *reinterpret_cast<float4*>(static_cast<float*>(base) + off) = x;
+  } else {
     uint2 u;
     u.x = TypeTraits<X>::pack(x.x, x.y);
     u.y = TypeTraits<X>::pack(x.z, x.w);
     *reinterpret_cast<uint2*>(static_cast<X*>(base) + off) = u;
-  } else {
-    *reinterpret_cast<float4*>(static_cast<float*>(base) + off) = x;
   }
 }
 
@@ -94,7 +99,8 @@ __device__ __forceinline__ void store_gcum(const DecodeParams& p, int64_t off, d
 
 // kG: query heads per pass (a power of two >= the group, at most 8; larger groups take group / 8 passes, the
 // later ones reading back the rows the first pass carried and wrote: each thread rereads only its own writes).
-template <typename T, int D, int kG>
+// KC, VC: the cache's key and value types (KC float or bf16: p.ck_bf16; VC float or T: p.cv_low).
+template <typename T, int D, int kG, typename KC, typename VC>
 __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const DecodeParams p) {
   constexpr int kTeam = D / 4;                    // lanes per cached row (one float4 each)
   constexpr int kTeams = kDecodeThreads / kTeam;  // rows a block reads at once per unrolled slot
@@ -137,8 +143,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const D
     knew = load4<T>(p.k, b * p.sk.b + t * p.sk.t + h * p.sk.h + d0);
     vnew = load4<T>(p.v, b * p.sv.b + t * p.sv.t + h * p.sv.h + d0);
     if (team == 0) {
-      store_cache4<__nv_bfloat16>(p.ck, b * p.sck.b + L0 * p.sck.t + h * p.sck.h + d0, knew, p.ck_bf16);
-      store_cache4<T>(p.cv, b * p.scv.b + L0 * p.scv.t + h * p.scv.h + d0, vnew, p.cv_low);  // exact in T
+      store_cache4<KC>(p.ck, b * p.sck.b + L0 * p.sck.t + h * p.sck.h + d0, knew);
+      store_cache4<VC>(p.cv, b * p.scv.b + L0 * p.scv.t + h * p.scv.h + d0, vnew);  // exact in T
     }
   }
   const int64_t ck0 = b * p.sck.b + h * p.sck.h + d0;  // row j at ck0 + j * sck.t
@@ -182,15 +188,15 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const D
       for (int u = 0; u < kU; ++u) {
         row[u] = base + u * kTeams + team;
         ok[u] = row[u] < r1;
-        c[u] = ok[u] ? load_cache4<__nv_bfloat16>(p.ck, ck0 + row[u] * p.sck.t, p.ck_bf16) : make_float4(0.f, 0.f, 0.f, 0.f);
-        vv[u] = ok[u] ? load_cache4<T>(p.cv, cv0 + row[u] * p.scv.t, p.cv_low) : make_float4(0.f, 0.f, 0.f, 0.f);
+        c[u] = ok[u] ? load_cache4<KC>(p.ck, ck0 + row[u] * p.sck.t) : make_float4(0.f, 0.f, 0.f, 0.f);
+        vv[u] = ok[u] ? load_cache4<VC>(p.cv, cv0 + row[u] * p.scv.t) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
       if (carry) {
 #pragma unroll
         for (int u = 0; u < kU; ++u) {
           const float a = team_sum<kTeam>(dot4(w4, c[u])) * beta;  // beta_t (w_t . c_j)
           c[u] = axpy4(-a, w4, c[u]);
-          if (ok[u]) store_cache4<__nv_bfloat16>(p.ck, ck0 + row[u] * p.sck.t, c[u], p.ck_bf16);
+          if (ok[u]) store_cache4<KC>(p.ck, ck0 + row[u] * p.sck.t, c[u]);
         }
       }
 #pragma unroll

@@ -12,9 +12,13 @@ void launch_decode(const DecodeParams& p, int S, cudaStream_t stream) {
   prm.S = S;
   const unsigned split_blocks = static_cast<unsigned>(static_cast<int64_t>(p.B) * p.H * p.num_splits);
   const unsigned combine_blocks = static_cast<unsigned>(static_cast<int64_t>(p.B) * p.HQ);
+  // The cache's key and value types: f32 / bf16 keys, f32 / T values.
+  void (*split)(const DecodeParams) =
+      p.ck_bf16 ? (p.cv_low ? decode_split_kernel<T, D, kG, __nv_bfloat16, T> : decode_split_kernel<T, D, kG, __nv_bfloat16, float>)
+                : (p.cv_low ? decode_split_kernel<T, D, kG, float, T> : decode_split_kernel<T, D, kG, float, float>);
   for (int s = 0; s < S; ++s) {
     prm.step = s;
-    decode_split_kernel<T, D, kG><<<split_blocks, kDecodeThreads, 0, stream>>>(prm);
+    split<<<split_blocks, kDecodeThreads, 0, stream>>>(prm);
     CUDA_CHECK_LAUNCH("decode_split_kernel");
     decode_combine_kernel<T, D><<<combine_blocks, kCombineThreads, 0, stream>>>(prm);
     CUDA_CHECK_LAUNCH("decode_combine_kernel");
