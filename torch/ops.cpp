@@ -138,7 +138,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> bwd(const Tensor& q, 
 // stream with their scratch from torch's caching allocator, and read lengths on the device (nothing is read back).
 std::tuple<Tensor, Tensor> dec(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& beta,
                                const opt<Tensor>& g, opt<double> scale, const Tensor& cache_k, const Tensor& cache_v,
-                               const opt<Tensor>& cache_gcum, const Tensor& cache_lengths) {
+                               const opt<Tensor>& cache_gcum, const Tensor& cache_lengths,
+                               const opt<Tensor>& cache_ckpt, const opt<Tensor>& cache_pend_w,
+                               const opt<Tensor>& cache_pend_beta) {
   return translate_errors([&] {
     std::vector<Tensor> workspace;
     const Inputs in = make_inputs(q, k, v, w, beta, g, scale, opt<Tensor>(), &workspace);
@@ -149,6 +151,9 @@ std::tuple<Tensor, Tensor> dec(const Tensor& q, const Tensor& k, const Tensor& v
     cache.v = to_view(cache_v, "cache_v");
     cache.gcum = to_view(cache_gcum, "cache_gcum");
     cache.lengths = to_view(cache_lengths, "cache_lengths");
+    cache.ckpt = to_view(cache_ckpt, "cache_ckpt");  // the checkpointed cache (absent: the plain one)
+    cache.pend_w = to_view(cache_pend_w, "cache_pend_w");
+    cache.pend_beta = to_view(cache_pend_beta, "cache_pend_beta");
     const int64_t B = q.size(0), S = q.size(1), HQ = q.size(2), DV = v.size(3);
     Tensor o = at::empty({B, S, HQ, DV}, v.options());                     // [B, S, HQ, DV]
     Tensor lse = at::empty({B, S, HQ}, q.options().dtype(lse_dtype(q)));  // [B, S, HQ]
@@ -192,12 +197,16 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> call_bwd(const Tensor
 std::tuple<Tensor, Tensor> call_decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w,
                                        const Tensor& beta, const opt<Tensor>& g, opt<double> scale,
                                        const Tensor& cache_k, const Tensor& cache_v, const opt<Tensor>& cache_gcum,
-                                       const Tensor& cache_lengths) {
+                                       const Tensor& cache_lengths, const opt<Tensor>& cache_ckpt,
+                                       const opt<Tensor>& cache_pend_w, const opt<Tensor>& cache_pend_beta) {
   check_dense({{&q, "q"}, {&k, "k"}, {&v, "v"}, {&w, "w"}, {&beta, "beta"}, {g ? &*g : nullptr, "g"},
                {&cache_k, "cache_k"}, {&cache_v, "cache_v"}, {cache_gcum ? &*cache_gcum : nullptr, "cache_gcum"},
-               {&cache_lengths, "cache_lengths"}});
+               {&cache_lengths, "cache_lengths"}, {cache_ckpt ? &*cache_ckpt : nullptr, "cache_ckpt"},
+               {cache_pend_w ? &*cache_pend_w : nullptr, "cache_pend_w"},
+               {cache_pend_beta ? &*cache_pend_beta : nullptr, "cache_pend_beta"}});
   static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("pathattn::decode", "").typed<decltype(dec)>();
-  return op.call(q, k, v, w, beta, g, scale, cache_k, cache_v, cache_gcum, cache_lengths);
+  return op.call(q, k, v, w, beta, g, scale, cache_k, cache_v, cache_gcum, cache_lengths, cache_ckpt, cache_pend_w,
+                 cache_pend_beta);
 }
 
 }  // namespace pathattn::torch_ops
@@ -212,7 +221,8 @@ TORCH_LIBRARY(pathattn, m) {
       "Tensor dw, Tensor dbeta, Tensor dg)");
   m.def(
       "decode(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, float? scale, Tensor(a!) cache_k, "
-      "Tensor(b!) cache_v, Tensor(c!)? cache_gcum, Tensor(d!) cache_lengths) -> (Tensor o, Tensor lse)");
+      "Tensor(b!) cache_v, Tensor(c!)? cache_gcum, Tensor(d!) cache_lengths, Tensor(e!)? cache_ckpt=None, "
+      "Tensor(f!)? cache_pend_w=None, Tensor(h!)? cache_pend_beta=None) -> (Tensor o, Tensor lse)");
 }
 
 TORCH_LIBRARY_IMPL(pathattn, CPU, m) {

@@ -6,9 +6,11 @@
 //                 Tensor? cu_seqlens, Tensor o, Tensor lse, Tensor do, Tensor? dlse)
 //                 -> (Tensor dq, Tensor dk, Tensor dv, Tensor dw, Tensor dbeta, Tensor dg)
 //   pathattn::decode(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, float? scale,
-//                    Tensor(a!) cache_k, Tensor(b!) cache_v, Tensor(c!)? cache_gcum, Tensor(d!) cache_lengths)
+//                    Tensor(a!) cache_k, Tensor(b!) cache_v, Tensor(c!)? cache_gcum, Tensor(d!) cache_lengths,
+//                    Tensor(e!)? cache_ckpt=None, Tensor(f!)? cache_pend_w=None, Tensor(h!)? cache_pend_beta=None)
 //                 -> (Tensor o, Tensor lse)          (the cache tensors are updated in place; CPU float32, or
-//                                                     CUDA bf16/f16 q, k, v with the cache and lengths on q's device)
+//                                                     CUDA bf16/f16 q, k, v with the cache and lengths on q's device;
+//                                                     the last three: the checkpointed cache, CPU only so far)
 // Absent outputs (kcache when not asked for, dg without a gate) are empty tensors of shape [0]: an op's
 // Tensor result cannot be None.
 #pragma once
@@ -46,6 +48,9 @@ std::tuple<at::Tensor, at::Tensor> call_decode(const at::Tensor& q, const at::Te
                                                const at::Tensor& w, const at::Tensor& beta, const opt<at::Tensor>& g,
                                                opt<double> scale, const at::Tensor& cache_k,
                                                const at::Tensor& cache_v, const opt<at::Tensor>& cache_gcum,
-                                               const at::Tensor& cache_lengths);
+                                               const at::Tensor& cache_lengths,
+                                               const opt<at::Tensor>& cache_ckpt = opt<at::Tensor>(),
+                                               const opt<at::Tensor>& cache_pend_w = opt<at::Tensor>(),
+                                               const opt<at::Tensor>& cache_pend_beta = opt<at::Tensor>());
 
 }  // namespace pathattn::torch_ops

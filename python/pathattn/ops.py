@@ -79,10 +79,16 @@ class DecodeCache:
     or a CUDA device (bfloat16/float16 q, k, v, float32 w, beta, g, D = DV in {64, 128}), where lengths stays on
     the device and the kernels read and advance it. k and v are float32 by default; on CUDA k_dtype may be
     bfloat16 (half the key traffic, but rounded at every step's carry: docs/cuda.md "Decode" measures the drift)
-    and v_dtype the tokens' v dtype (exact: values are never carried)."""
+    and v_dtype the tokens' v dtype (exact: values are never carried).
+
+    checkpoint=P (CPU only so far) makes it the checkpointed cache of docs/spec.md §4: rows before ckpt [B] are
+    carried only to the checkpoint and not rewritten per token, the queries are carried back over the pending
+    tokens' factors pend_w [B, P, H, D], pend_beta [B, P, H], and every P tokens the old rows are carried at once
+    (docs/math.md Eq. 35-36). Same results as the plain cache to rounding; its keys are not all carried to the last
+    token (materialized_k() gives the plain cache's keys)."""
 
     def __init__(self, B, Tmax, H, D, DV=None, HQ=None, gated=False, device=None, k_dtype=torch.float32,
-                 v_dtype=torch.float32):
+                 v_dtype=torch.float32, checkpoint=None):
         DV = D if DV is None else DV
         HQ = H if HQ is None else HQ
         device = torch.device("cpu") if device is None else torch.device(device)
@@ -90,13 +96,21 @@ class DecodeCache:
         self.v = torch.zeros(B, Tmax, H, DV, device=device, dtype=v_dtype)
         self.gcum = torch.zeros(B, Tmax, HQ, dtype=torch.float64, device=device) if gated else None
         self.lengths = torch.zeros(B, dtype=torch.int32, device=device)
+        self.ckpt = self.pend_w = self.pend_beta = None
+        if checkpoint is not None:
+            if int(checkpoint) < 1:
+                raise RuntimeError(f"pathattn: DecodeCache: checkpoint (the refresh period P) must be >= 1, got {checkpoint}")
+            self.ckpt = torch.zeros(B, dtype=torch.int32, device=device)
+            self.pend_w = torch.zeros(B, int(checkpoint), H, D, device=device)
+            self.pend_beta = torch.zeros(B, int(checkpoint), H, device=device)
 
     @property
     def device(self):
         return self.k.device
 
     @classmethod
-    def from_prefill(cls, kcache, v, g=None, Tmax=None, k_dtype=torch.float32, v_dtype=torch.float32):
+    def from_prefill(cls, kcache, v, g=None, Tmax=None, k_dtype=torch.float32, v_dtype=torch.float32,
+                     checkpoint=None):
         """The cache after prefill(): kcache [B, T, H, D] from it, the prefill's v [B, T, H, DV] and g [B, T, HQ]
         (or None), with room for Tmax >= T tokens per sequence (default: T, i.e. full), on kcache's device (v and g
         must be there too). Stored in k_dtype / v_dtype (float32 by default; a bfloat16 kcache, the CUDA prefill's,
@@ -112,13 +126,30 @@ class DecodeCache:
                     f"got {t.device}"
                 )
         c = cls(B, Tmax, H, D, v.shape[3], g.shape[2] if g is not None else H, gated=g is not None,
-                device=kcache.device, k_dtype=k_dtype, v_dtype=v_dtype)
+                device=kcache.device, k_dtype=k_dtype, v_dtype=v_dtype, checkpoint=checkpoint)
         c.k[:, :T] = kcache
         c.v[:, :T] = v
         if g is not None:
             c.gcum[:, :T] = g.double().cumsum(1)  # G_t in f64 (docs/spec.md §6)
         c.lengths.fill_(T)
+        if c.ckpt is not None:
+            c.ckpt.fill_(T)  # the prefill's keys are carried to its last token: the checkpoint, nothing pending
         return c
+
+    def materialized_k(self):
+        """The keys as the plain cache holds them (every row carried to its sequence's last token): k itself for a
+        plain cache; for a checkpointed one, rows [0, ckpt) carried over the pending factors (H_ckpt first)."""
+        if self.ckpt is None:
+            return self.k
+        k = self.k.clone()
+        for b in range(k.shape[0]):
+            c, n = int(self.ckpt[b]), int(self.lengths[b]) - int(self.ckpt[b])
+            rows = k[b, :c].float()  # [c, H, D]
+            for i in range(n):
+                w, beta = self.pend_w[b, i], self.pend_beta[b, i]  # [H, D], [H]
+                rows = rows - beta[None, :, None] * (rows * w).sum(-1, keepdim=True) * w
+            k[b, :c] = rows.to(k.dtype)
+        return k
 
     def reserve(self, n):
         """Room for n more tokens per sequence: Tmax doubles (or grows to fit) when the cache would overflow. Reads
@@ -153,6 +184,7 @@ def decode(q, k, v, w, beta, cache, g=None, scale=None, return_lse=False):
     _check_dense(q=q, k=k, v=v, w=w, beta=beta, g=g)
     scale = None if scale is None else float(scale)
     o, lse = torch.ops.pathattn.decode(
-        q, k, v, w, beta, g, scale, cache.k, cache.v, cache.gcum, cache.lengths
+        q, k, v, w, beta, g, scale, cache.k, cache.v, cache.gcum, cache.lengths, cache.ckpt, cache.pend_w,
+        cache.pend_beta
     )
     return (o, lse) if return_lse else o

@@ -32,6 +32,36 @@ def test_prefill_then_steps_equal_the_whole_forward(gate):
     assert cache.lengths.tolist() == [T] * B
 
 
+@pytest.mark.parametrize("gate", [False, True])
+@pytest.mark.parametrize("period", [1, 5, 64])
+def test_checkpointed_cache_equals_the_plain_one(gate, period):
+    """The checkpointed cache (docs/math.md Eq. 35-36): the same outputs as the plain cache and the whole forward;
+    its keys, carried over the pending factors (materialized_k), are the plain cache's; the checkpoint moves every
+    `period` tokens."""
+    B, T0, steps, H, HQ, D, DV = 2, 40, [1, 5, 1, 30, 1, 1, 2], 2, 4, 16, 8
+    T = T0 + sum(steps)
+    x = random_inputs(B, T, H, HQ, D, DV, gate=gate, seed=24)
+    x.pop("cu_seqlens", None)
+    full = pathattn.path_attention(**x)
+    _, _, kcache = pathattn.prefill(**rows(x, 0, T0))
+    g0 = x["g"][:, :T0] if gate else None
+    plain = pathattn.DecodeCache.from_prefill(kcache, x["v"][:, :T0], g0, Tmax=T)
+    ck = pathattn.DecodeCache.from_prefill(kcache, x["v"][:, :T0], g0, Tmax=T, checkpoint=period)
+    assert ck.ckpt.tolist() == [T0] * B and ck.pend_w.shape == (B, period, H, D)
+    t = T0
+    for s in steps:
+        o = pathattn.decode(**rows(x, t, t + s), cache=ck)
+        o_plain = pathattn.decode(**rows(x, t, t + s), cache=plain)
+        torch.testing.assert_close(o, o_plain, rtol=F32_VS_REFERENCE_RTOL, atol=F32_VS_REFERENCE_ATOL)
+        torch.testing.assert_close(o, full[:, t : t + s], rtol=F32_VS_REFERENCE_RTOL, atol=F32_VS_REFERENCE_ATOL)
+        t += s
+        assert all(0 <= t - c < period for c in ck.ckpt.tolist()), (ck.ckpt.tolist(), t, period)
+    assert ck.lengths.tolist() == [T] * B
+    torch.testing.assert_close(ck.materialized_k(), plain.k, rtol=F32_VS_REFERENCE_RTOL, atol=F32_VS_REFERENCE_ATOL)
+    if period > 1:  # something is pending: the stored old rows are not the plain cache's
+        assert not torch.allclose(ck.k, plain.k, rtol=1e-3, atol=1e-3)
+
+
 def test_from_an_empty_cache():
     B, T, H, D = 1, 3, 1, 8
     x = random_inputs(B, T, H, H, D, D, seed=22)

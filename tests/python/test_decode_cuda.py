@@ -228,5 +228,8 @@ def test_mismatched_devices_and_dtypes_are_named_errors():
     f16_values = pathattn.DecodeCache(1, 8, 1, D, device="cuda", v_dtype=torch.float16)  # x's v is bfloat16
     with pytest.raises(RuntimeError, match=r"cache.v must have dtype float32 or v's dtype \(bfloat16\), got float16"):
         pathattn.decode(**x, cache=f16_values)
+    checkpointed = pathattn.DecodeCache(1, 8, 1, D, device="cuda", checkpoint=64)
+    with pytest.raises(RuntimeError, match=r"the checkpointed cache \(cache.ckpt given\) runs on the CPU only so far"):
+        pathattn.decode(**x, cache=checkpointed)
     # refused calls change nothing
     assert cache.lengths.tolist() == [0] and f16_keys.lengths.tolist() == [0] and f16_values.lengths.tolist() == [0]
