@@ -139,8 +139,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> bwd(const Tensor& q, 
 std::tuple<Tensor, Tensor> dec(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& beta,
                                const opt<Tensor>& g, opt<double> scale, const Tensor& cache_k, const Tensor& cache_v,
                                const opt<Tensor>& cache_gcum, const Tensor& cache_lengths,
-                               const opt<Tensor>& cache_ckpt, const opt<Tensor>& cache_pend_w,
-                               const opt<Tensor>& cache_pend_beta) {
+                               const opt<Tensor>& cache_ckpt, const opt<Tensor>& cache_carry,
+                               int64_t ckpt_period) {
   return translate_errors([&] {
     std::vector<Tensor> workspace;
     const Inputs in = make_inputs(q, k, v, w, beta, g, scale, opt<Tensor>(), &workspace);
@@ -152,8 +152,8 @@ std::tuple<Tensor, Tensor> dec(const Tensor& q, const Tensor& k, const Tensor& v
     cache.gcum = to_view(cache_gcum, "cache_gcum");
     cache.lengths = to_view(cache_lengths, "cache_lengths");
     cache.ckpt = to_view(cache_ckpt, "cache_ckpt");  // the checkpointed cache (absent: the plain one)
-    cache.pend_w = to_view(cache_pend_w, "cache_pend_w");
-    cache.pend_beta = to_view(cache_pend_beta, "cache_pend_beta");
+    cache.carry = to_view(cache_carry, "cache_carry");
+    cache.ckpt_period = ckpt_period;
     const int64_t B = q.size(0), S = q.size(1), HQ = q.size(2), DV = v.size(3);
     Tensor o = at::empty({B, S, HQ, DV}, v.options());                     // [B, S, HQ, DV]
     Tensor lse = at::empty({B, S, HQ}, q.options().dtype(lse_dtype(q)));  // [B, S, HQ]
@@ -198,15 +198,14 @@ std::tuple<Tensor, Tensor> call_decode(const Tensor& q, const Tensor& k, const T
                                        const Tensor& beta, const opt<Tensor>& g, opt<double> scale,
                                        const Tensor& cache_k, const Tensor& cache_v, const opt<Tensor>& cache_gcum,
                                        const Tensor& cache_lengths, const opt<Tensor>& cache_ckpt,
-                                       const opt<Tensor>& cache_pend_w, const opt<Tensor>& cache_pend_beta) {
+                                       const opt<Tensor>& cache_carry, int64_t ckpt_period) {
   check_dense({{&q, "q"}, {&k, "k"}, {&v, "v"}, {&w, "w"}, {&beta, "beta"}, {g ? &*g : nullptr, "g"},
                {&cache_k, "cache_k"}, {&cache_v, "cache_v"}, {cache_gcum ? &*cache_gcum : nullptr, "cache_gcum"},
                {&cache_lengths, "cache_lengths"}, {cache_ckpt ? &*cache_ckpt : nullptr, "cache_ckpt"},
-               {cache_pend_w ? &*cache_pend_w : nullptr, "cache_pend_w"},
-               {cache_pend_beta ? &*cache_pend_beta : nullptr, "cache_pend_beta"}});
+               {cache_carry ? &*cache_carry : nullptr, "cache_carry"}});
   static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("pathattn::decode", "").typed<decltype(dec)>();
-  return op.call(q, k, v, w, beta, g, scale, cache_k, cache_v, cache_gcum, cache_lengths, cache_ckpt, cache_pend_w,
-                 cache_pend_beta);
+  return op.call(q, k, v, w, beta, g, scale, cache_k, cache_v, cache_gcum, cache_lengths, cache_ckpt, cache_carry,
+                 ckpt_period);
 }
 
 }  // namespace pathattn::torch_ops
@@ -222,7 +221,7 @@ TORCH_LIBRARY(pathattn, m) {
   m.def(
       "decode(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, float? scale, Tensor(a!) cache_k, "
       "Tensor(b!) cache_v, Tensor(c!)? cache_gcum, Tensor(d!) cache_lengths, Tensor(e!)? cache_ckpt=None, "
-      "Tensor(f!)? cache_pend_w=None, Tensor(h!)? cache_pend_beta=None) -> (Tensor o, Tensor lse)");
+      "Tensor(f!)? cache_carry=None, int ckpt_period=0) -> (Tensor o, Tensor lse)");
 }
 
 TORCH_LIBRARY_IMPL(pathattn, CPU, m) {

@@ -160,14 +160,16 @@ struct DecodeCache {
                        // (f64 keeps G_i - G_j exact at long T, docs/spec.md §6)
   TensorView lengths;  // [B] int32  tokens in the cache per sequence; decode() adds S. On the CPU for the CPU op, on
                        // q's device for the CUDA op (its kernels read and advance it: a step can be graph-captured)
-  // Optional: the checkpointed cache (docs/spec.md §4, docs/math.md Eq. 35-36), all three or none. Rows [0, ckpt[b])
-  // hold keys carried only to token ckpt[b] - 1 and are read, not rewritten, while the queries are carried back over
-  // the pending tokens' factors; rows [ckpt[b], lengths[b]) are carried to the last token as in the plain cache.
-  // When a sequence has P = pend_w.sizes[1] pending tokens, its old rows are carried over all P at once and ckpt[b]
-  // becomes lengths[b]: one rewrite of the cache per P tokens instead of one per token. CPU only so far.
-  TensorView ckpt;       // [B] int32, with lengths: 0 <= lengths[b] - ckpt[b] < P
-  TensorView pend_w;     // [B, P, H, D] f32  row i: w of token ckpt[b] + i, for i < lengths[b] - ckpt[b]
-  TensorView pend_beta;  // [B, P, H] f32     its beta
+  // Optional: the checkpointed cache (docs/spec.md §4, docs/math.md Eq. 35-37), ckpt and carry together. Rows
+  // [0, ckpt[b]) hold keys carried only to token ckpt[b] - 1 and are read, not rewritten, at each token: the query
+  // is carried back instead by the product of the pending tokens' factors, carry = H_ckpt ... H_{lengths - 1},
+  // kept up to date (one D x D update per token). Rows [ckpt[b], lengths[b]) are carried to the last token as in
+  // the plain cache. When ckpt_period tokens are pending, the old rows are carried by the product at once and
+  // ckpt[b] becomes lengths[b]: one rewrite of the old rows per ckpt_period tokens. CPU only so far.
+  TensorView ckpt;             // [B] int32, with lengths: 0 <= lengths[b] - ckpt[b] < ckpt_period
+  TensorView carry;            // [B, H, D, D] f32, carry[b, h, d, e] = (H_ckpt ... H_{lengths-1})_{de}: the
+                               // identity when nothing is pending (an empty cache, a prefill)
+  int64_t ckpt_period = 0;     // P >= 1 when ckpt is given
 };
 
 // Appends S new tokens per sequence (`in` with T = S, no cu_seqlens) to `cache` and writes their o [B, S, HQ, DV]

@@ -82,10 +82,10 @@ class DecodeCache:
     and v_dtype the tokens' v dtype (exact: values are never carried).
 
     checkpoint=P (CPU only so far) makes it the checkpointed cache of docs/spec.md §4: rows before ckpt [B] are
-    carried only to the checkpoint and not rewritten per token, the queries are carried back over the pending
-    tokens' factors pend_w [B, P, H, D], pend_beta [B, P, H], and every P tokens the old rows are carried at once
-    (docs/math.md Eq. 35-36). Same results as the plain cache to rounding; its keys are not all carried to the last
-    token (materialized_k() gives the plain cache's keys)."""
+    carried only to the checkpoint and not rewritten per token, the queries are carried back by the product of the
+    pending tokens' factors, carry [B, H, D, D] (the identity when nothing is pending), and every P tokens the old
+    rows are carried by it at once (docs/math.md Eq. 35-37). Same results as the plain cache to rounding; its keys
+    are not all carried to the last token (materialized_k() gives the plain cache's keys)."""
 
     def __init__(self, B, Tmax, H, D, DV=None, HQ=None, gated=False, device=None, k_dtype=torch.float32,
                  v_dtype=torch.float32, checkpoint=None):
@@ -96,13 +96,14 @@ class DecodeCache:
         self.v = torch.zeros(B, Tmax, H, DV, device=device, dtype=v_dtype)
         self.gcum = torch.zeros(B, Tmax, HQ, dtype=torch.float64, device=device) if gated else None
         self.lengths = torch.zeros(B, dtype=torch.int32, device=device)
-        self.ckpt = self.pend_w = self.pend_beta = None
+        self.ckpt = self.carry = None
+        self.period = 0
         if checkpoint is not None:
             if int(checkpoint) < 1:
                 raise RuntimeError(f"pathattn: DecodeCache: checkpoint (the refresh period P) must be >= 1, got {checkpoint}")
+            self.period = int(checkpoint)
             self.ckpt = torch.zeros(B, dtype=torch.int32, device=device)
-            self.pend_w = torch.zeros(B, int(checkpoint), H, D, device=device)
-            self.pend_beta = torch.zeros(B, int(checkpoint), H, device=device)
+            self.carry = torch.eye(D, device=device).expand(B, H, D, D).contiguous()  # nothing pending
 
     @property
     def device(self):
@@ -138,17 +139,13 @@ class DecodeCache:
 
     def materialized_k(self):
         """The keys as the plain cache holds them (every row carried to its sequence's last token): k itself for a
-        plain cache; for a checkpointed one, rows [0, ckpt) carried over the pending factors (H_ckpt first)."""
+        plain cache; for a checkpointed one, rows [0, ckpt) carried by the pending product: row <- carry^T row."""
         if self.ckpt is None:
             return self.k
         k = self.k.clone()
         for b in range(k.shape[0]):
-            c, n = int(self.ckpt[b]), int(self.lengths[b]) - int(self.ckpt[b])
-            rows = k[b, :c].float()  # [c, H, D]
-            for i in range(n):
-                w, beta = self.pend_w[b, i], self.pend_beta[b, i]  # [H, D], [H]
-                rows = rows - beta[None, :, None] * (rows * w).sum(-1, keepdim=True) * w
-            k[b, :c] = rows.to(k.dtype)
+            c = int(self.ckpt[b])
+            k[b, :c] = torch.einsum("jhd,hde->jhe", k[b, :c].float(), self.carry[b]).to(k.dtype)
         return k
 
     def reserve(self, n):
@@ -184,7 +181,7 @@ def decode(q, k, v, w, beta, cache, g=None, scale=None, return_lse=False):
     _check_dense(q=q, k=k, v=v, w=w, beta=beta, g=g)
     scale = None if scale is None else float(scale)
     o, lse = torch.ops.pathattn.decode(
-        q, k, v, w, beta, g, scale, cache.k, cache.v, cache.gcum, cache.lengths, cache.ckpt, cache.pend_w,
-        cache.pend_beta
+        q, k, v, w, beta, g, scale, cache.k, cache.v, cache.gcum, cache.lengths, cache.ckpt, cache.carry,
+        cache.period
     )
     return (o, lse) if return_lse else o

@@ -146,29 +146,27 @@ void backward(const Inputs& in, const TensorView& o, const TensorView& lse, cons
 
 namespace {
 
-// The checkpointed cache's three tensors (pathattn.h, DecodeCache): all or none, their shapes, and on the CPU the
-// invariant 0 <= lengths[b] - ckpt[b] < P, which the decode keeps.
+// The checkpointed cache's tensors (pathattn.h, DecodeCache): both or neither, their shapes, the period, and on the
+// CPU the invariant 0 <= lengths[b] - ckpt[b] < P, which the decode keeps.
 void check_checkpoint(const Problem& p, const DecodeCache& cache, int64_t Tmax) {
-  if (!cache.ckpt.defined() || !cache.pend_w.defined() || !cache.pend_beta.defined())
-    throw Error("pathattn: a checkpointed cache needs all of cache.ckpt, cache.pend_w and cache.pend_beta");
+  if (!cache.ckpt.defined() || !cache.carry.defined())
+    throw Error("pathattn: a checkpointed cache needs both cache.ckpt and cache.carry");
   if (p.device != Device::cpu)
     throw Error("pathattn: the checkpointed cache (cache.ckpt given) runs on the CPU only so far; use the plain "
                 "cache on CUDA");
+  const int64_t P = cache.ckpt_period;
+  if (P < 1) throw Error("pathattn: cache.ckpt_period must be >= 1 with a checkpointed cache, got " + std::to_string(P));
   const TensorView& c = cache.ckpt;
   if (c.ndim != 1 || c.sizes[0] != p.B || c.dtype != DType::i32 || c.device != p.device || !c.data)
     throw Error("pathattn: cache.ckpt must be a CPU int32 tensor [B] = [" + std::to_string(p.B) + "]");
-  if (cache.pend_w.ndim != 4 || cache.pend_w.sizes[1] < 1)
-    throw Error("pathattn: cache.pend_w must have 4 dimensions [B, P, H, D] with P >= 1");
-  const int64_t P = cache.pend_w.sizes[1];
-  check_output(cache.pend_w, "cache.pend_w", {p.B, P, p.H, p.D}, DType::f32, p);
-  check_output(cache.pend_beta, "cache.pend_beta", {p.B, P, p.H}, DType::f32, p);
+  check_output(cache.carry, "cache.carry", {p.B, p.H, p.D, p.D}, DType::f32, p);
   for (int64_t b = 0; b < p.B; ++b) {
     const int64_t ck = static_cast<const int32_t*>(c.data)[b * c.strides[0]];
     const int64_t len = static_cast<const int32_t*>(cache.lengths.data)[b * cache.lengths.strides[0]];
     if (ck < 0 || ck > len || len - ck >= P || ck > Tmax)
       throw Error("pathattn: cache.ckpt[" + std::to_string(b) + "] = " + std::to_string(ck) +
                   " must be in [lengths - P + 1, lengths] = [" + std::to_string(len - P + 1) + ", " +
-                  std::to_string(len) + "] (P = " + std::to_string(P) + " pending tokens at most - 1)");
+                  std::to_string(len) + "] (P = ckpt_period = " + std::to_string(P) + ")");
   }
 }
 
@@ -215,14 +213,13 @@ void decode(const Inputs& in, const DecodeCache& cache, const ForwardOutputs& ou
       throw Error("pathattn: cache.lengths[" + std::to_string(b) + "] = " + std::to_string(l) + " plus the " +
                   std::to_string(p.T) + " new tokens must fit the cache's Tmax = " + std::to_string(Tmax));
   }
-  const bool checkpointed = cache.ckpt.defined() || cache.pend_w.defined() || cache.pend_beta.defined();
+  const bool checkpointed = cache.ckpt.defined() || cache.carry.defined();
   if (checkpointed) check_checkpoint(p, cache, Tmax);
   check_output(out.o, "o", {p.B, p.T, p.HQ, p.DV}, in.v.dtype, p);
   check_output(out.lse, "lse", {p.B, p.T, p.HQ}, lse_dtype(p), p);
   // The cache is read and written in place: it must not alias the new tokens' inputs or the outputs either.
   check_disjoint({{&out.o, "o"}, {&out.lse, "lse"}, {&cache.k, "cache.k"}, {&cache.v, "cache.v"},
-                  {&cache.gcum, "cache.gcum"}, {&cache.ckpt, "cache.ckpt"}, {&cache.pend_w, "cache.pend_w"},
-                  {&cache.pend_beta, "cache.pend_beta"}},
+                  {&cache.gcum, "cache.gcum"}, {&cache.ckpt, "cache.ckpt"}, {&cache.carry, "cache.carry"}},
                  inputs_of(in, {{&cache.lengths, "cache.lengths"}}));
   switch (backend) {
     case Backend::cpu:

@@ -35,7 +35,7 @@ def test_prefill_then_steps_equal_the_whole_forward(gate):
 @pytest.mark.parametrize("gate", [False, True])
 @pytest.mark.parametrize("period", [1, 5, 64])
 def test_checkpointed_cache_equals_the_plain_one(gate, period):
-    """The checkpointed cache (docs/math.md Eq. 35-36): the same outputs as the plain cache and the whole forward;
+    """The checkpointed cache (docs/math.md Eq. 35-37): the same outputs as the plain cache and the whole forward;
     its keys, carried over the pending factors (materialized_k), are the plain cache's; the checkpoint moves every
     `period` tokens."""
     B, T0, steps, H, HQ, D, DV = 2, 40, [1, 5, 1, 30, 1, 1, 2], 2, 4, 16, 8
@@ -47,7 +47,7 @@ def test_checkpointed_cache_equals_the_plain_one(gate, period):
     g0 = x["g"][:, :T0] if gate else None
     plain = pathattn.DecodeCache.from_prefill(kcache, x["v"][:, :T0], g0, Tmax=T)
     ck = pathattn.DecodeCache.from_prefill(kcache, x["v"][:, :T0], g0, Tmax=T, checkpoint=period)
-    assert ck.ckpt.tolist() == [T0] * B and ck.pend_w.shape == (B, period, H, D)
+    assert ck.ckpt.tolist() == [T0] * B and ck.carry.shape == (B, H, D, D) and ck.period == period
     t = T0
     for s in steps:
         o = pathattn.decode(**rows(x, t, t + s), cache=ck)
