@@ -167,8 +167,8 @@ struct DecodeCache {
   // the plain cache. When ckpt_period tokens are pending, the old rows are carried by the product at once and
   // ckpt[b] becomes lengths[b]: one rewrite of the old rows per ckpt_period tokens. CPU only so far.
   TensorView ckpt;             // [B] int32, with lengths: 0 <= lengths[b] - ckpt[b] < ckpt_period
-  TensorView carry;            // [B, H, D, D] f32, carry[b, h, d, e] = (H_ckpt ... H_{lengths-1})_{de}: the
-                               // identity when nothing is pending (an empty cache, a prefill)
+  TensorView carry;            // [B, H, D, D] f32, carry[b, h, d, e] = (H_ckpt ... H_{lengths-1})_{de} while
+                               // lengths[b] > ckpt[b]; ignored (taken as the identity) when nothing is pending
   int64_t ckpt_period = 0;     // P >= 1 when ckpt is given
 };
 

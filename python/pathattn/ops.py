@@ -83,7 +83,7 @@ class DecodeCache:
 
     checkpoint=P (CPU only so far) makes it the checkpointed cache of docs/spec.md §4: rows before ckpt [B] are
     carried only to the checkpoint and not rewritten per token, the queries are carried back by the product of the
-    pending tokens' factors, carry [B, H, D, D] (the identity when nothing is pending), and every P tokens the old
+    pending tokens' factors, carry [B, H, D, D] (ignored when nothing is pending), and every P tokens the old
     rows are carried by it at once (docs/math.md Eq. 35-37). Same results as the plain cache to rounding; its keys
     are not all carried to the last token (materialized_k() gives the plain cache's keys)."""
 
@@ -145,7 +145,8 @@ class DecodeCache:
         k = self.k.clone()
         for b in range(k.shape[0]):
             c = int(self.ckpt[b])
-            k[b, :c] = torch.einsum("jhd,hde->jhe", k[b, :c].float(), self.carry[b]).to(k.dtype)
+            if int(self.lengths[b]) > c:  # else nothing is pending and carry is ignored (the identity)
+                k[b, :c] = torch.einsum("jhd,hde->jhe", k[b, :c].float(), self.carry[b]).to(k.dtype)
         return k
 
     def reserve(self, n):

@@ -53,7 +53,11 @@ void decode_head(const Problem& p, const Inputs& in, const DecodeCache& cache, c
     const int64_t t = L0 + s;  // the new token's position; rows [0, t) are cached
     const float* wt = Win.row(s);
     const float bt = static_cast<float>(load(in.beta, offset(in.beta, b, s, h)));
-    // M <- M H_t = M - beta_t (M w_t) w_t^T (Eq. 37): now H_c ... H_t.
+    // M <- M H_t = M - beta_t (M w_t) w_t^T (Eq. 37): now H_c ... H_t. With nothing pending (t == c) the stored
+    // M is stale (the last refresh leaves it, as the GPU's must: its blocks are still reading it) and means I.
+    if (t == c)
+      for (int64_t d = 0; d < D; ++d)
+        for (int64_t e = 0; e < D; ++e) M.row(d)[e * M.es] = d == e ? 1.f : 0.f;
     for (int64_t d = 0; d < D; ++d) mw[d] = bt * dot(M.row(d), M.es, wt, Win.es, D);
     for (int64_t d = 0; d < D; ++d)
       for (int64_t e = 0; e < D; ++e) M.row(d)[e * M.es] -= mw[d] * wt[e * Win.es];
@@ -97,7 +101,8 @@ void decode_head(const Problem& p, const Inputs& in, const DecodeCache& cache, c
     // Append k_t, v_t.
     for (int64_t d = 0; d < D; ++d) K.row(t)[d * K.es] = Kin.row(s)[d * Kin.es];
     for (int64_t d = 0; d < DV; ++d) V.row(t)[d * V.es] = Vin.row(s)[d * Vin.es];
-    // P pending tokens: carry the old rows by M^T = H_t ... H_c (Eq. 36); the checkpoint moves to t + 1, M = I.
+    // P pending tokens: carry the old rows by M^T = H_t ... H_c (Eq. 36); the checkpoint moves to t + 1 (M, now
+    // stale, is reset by the next token).
     if (t + 1 - c == P) {
       for (int64_t j = 0; j < c; ++j) {
         float* kj = K.row(j);
@@ -108,8 +113,6 @@ void decode_head(const Problem& p, const Inputs& in, const DecodeCache& cache, c
         }
         for (int64_t e = 0; e < D; ++e) kj[e * K.es] = row[e];
       }
-      for (int64_t d = 0; d < D; ++d)
-        for (int64_t e = 0; e < D; ++e) M.row(d)[e * M.es] = d == e ? 1.f : 0.f;
       c = t + 1;
     }
   }
