@@ -6,7 +6,8 @@
 #   all:   build, gpu tests (forward and backward; the T = 16384 backward case too unless GPU_SKIP_LONG=1), sanitizers
 #          on small forward and backward cases, bench_fwd --bwd (forward, backward, both summation modes) + baselines
 #   quick: the gpu tests and bench_fwd with per-stage times, no sanitizer, no baselines
-#   decode: the CUDA decode alone: its gpu tests, memcheck + racecheck on small cases, bench_decode_cuda
+#   decode: the CUDA decode alone: its gpu tests, memcheck + racecheck on small cases, bench_decode_cuda (plain, then
+#          the checkpointed cache with period DECODE_CKPT_PERIOD, default 64)
 #   ncu:   the gpu tests, then Nsight Compute on one 32 x 4096 (H 32, D 64) forward: each kernel once
 #   bwd:   the gpu tests, bench_fwd --bwd with per-stage times (PATHATTN_CUDA_PROFILE=1), then Nsight Compute on
 #          one backward's bwd_main and bwd_local (NCU_SHAPE, default 32,4096,32,64); no baselines; SANITIZE=1 adds the
@@ -151,6 +152,11 @@ if [ "$MODE" = decode ]; then
   timeout 300 build-gpu/bench/cuda/bench_decode_cuda > "$OUT/bench_decode.log" 2>&1
   note "bench_decode_cuda: rc=$? ($(( $(date +%s) - t0 )) s)"
   tee -a "$SUMMARY" < "$OUT/bench_decode.log"
+  # The checkpointed cache (its CUDA kernels are opt-in until this has run: the bench sets the switch itself).
+  t0=$(date +%s)
+  timeout 300 build-gpu/bench/cuda/bench_decode_cuda --ckpt ${DECODE_CKPT_PERIOD:-64} > "$OUT/bench_decode_ckpt.log" 2>&1
+  note "bench_decode_cuda --ckpt: rc=$? ($(( $(date +%s) - t0 )) s)"
+  tee -a "$SUMMARY" < "$OUT/bench_decode_ckpt.log"
 fi
 if [ "$MODE" = quick ]; then
   # Per shape: the last run's stage times, then bench_fwd's row.

@@ -11,7 +11,12 @@
 // Shapes: L in {4k, 16k, 64k, 128k} x B in {1, 8, 64} x D in {64, 128}, H = 8 kv heads, HQ = 32 (GQA 4:1), no gate
 // (--gate adds it); a shape whose cache exceeds --max-gb is skipped.
 //
-//   bench_decode_cuda [--iters N] [--only D] [--H H] [--HQ HQ] [--gate] [--max-gb G] [--shape B,L,D]
+// --ckpt P: the checkpointed cache (docs/math.md Eq. 35-37; opt-in PATHATTN_CUDA_CHECKPOINTED=1, set here) with its
+// checkpoint at L: old rows only read (B L H D x 8 bytes), the pending ones carried, one refresh every P steps
+// (B L H D x 8 more); the graph column is then the mean over the replays (refresh steps included), and the bytes
+// B L H D (8 + 8 / P).
+//
+//   bench_decode_cuda [--iters N] [--only D] [--H H] [--HQ HQ] [--gate] [--max-gb G] [--shape B,L,D] [--ckpt P]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -59,7 +64,7 @@ double median(std::vector<float> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int iters = 50, only_d = 0, H = 8, HQ = 32;
+  int iters = 50, only_d = 0, H = 8, HQ = 32, ckpt_period = 0;
   bool gate = false;
   double max_gb = 80;
   Shape one{0, 0, 0};
@@ -70,6 +75,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--HQ") && i + 1 < argc) HQ = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--gate")) gate = true;
     else if (!std::strcmp(argv[i], "--max-gb") && i + 1 < argc) max_gb = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--ckpt") && i + 1 < argc) ckpt_period = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc &&
              std::sscanf(argv[++i], "%d,%d,%d", &one.B, &one.L, &one.D) != 3) {
       std::fprintf(stderr, "--shape expects B,L,D (three integers), got '%s'\n", argv[i]);
@@ -92,7 +98,12 @@ int main(int argc, char** argv) {
   std::printf("# bench_decode_cuda on %s (%d SMs): one decoding step, bf16 q/k/v, f32 cache, H = %d, HQ = %d, %s, "
               "median of %d steps\n",
               prop.name, prop.multiProcessorCount, H, HQ, gate ? "gate (f64 gcum)" : "no gate", iters);
-  std::printf("# bytes = B L H D x 12 (cache k read + write, v read); %% of the %.1f TB/s copy ceiling\n", kCopyTBs);
+  if (ckpt_period)
+    std::printf("# checkpointed cache, period %d: bytes = B L H D x (8 + 8 / %d) (old k read, v read, one rewrite per "
+                "period); graph us = the mean over the replays; %% of the %.1f TB/s copy ceiling\n",
+                ckpt_period, ckpt_period, kCopyTBs);
+  else
+    std::printf("# bytes = B L H D x 12 (cache k read + write, v read); %% of the %.1f TB/s copy ceiling\n", kCopyTBs);
   std::printf("%4s %4s %7s %9s %11s %11s %10s %8s\n", "D", "B", "L", "cache MB", "eager us", "graph us", "TB/s", "%ceil");
 
   cudaStream_t stream;
@@ -165,6 +176,17 @@ int main(int argc, char** argv) {
     cache.v = pathattn::make_view(cv, DType::f32, {B, Tmax, H, D}, dev);
     if (gate) cache.gcum = pathattn::make_view(gcum, DType::f64, {B, Tmax, HQ}, dev);
     cache.lengths = pathattn::make_view(len, DType::i32, {B}, dev);
+    int32_t* ckpt = nullptr;
+    float* carry = nullptr;
+    if (ckpt_period) {
+      setenv("PATHATTN_CUDA_CHECKPOINTED", "1", 1);
+      CHECK(cudaMalloc(&ckpt, B * 4));
+      CHECK(cudaMalloc(&carry, B * H * D * D * 4));
+      CHECK(cudaMemcpy(ckpt, hlen.data(), B * 4, cudaMemcpyHostToDevice));  // the checkpoint at L, nothing pending
+      cache.ckpt = pathattn::make_view(ckpt, DType::i32, {B}, dev);
+      cache.carry = pathattn::make_view(carry, DType::f32, {B, H, D, D}, dev);
+      cache.ckpt_period = ckpt_period;
+    }
     pathattn::ForwardOutputs out;
     out.o = pathattn::make_view(o, DType::bf16, {B, 1, HQ, D}, dev);
     out.lse = pathattn::make_view(lse, DType::f32, {B, 1, HQ}, dev);
@@ -197,15 +219,18 @@ int main(int argc, char** argv) {
       CHECK(cudaEventElapsedTime(&graph[i], e0, e1));
     }
     CHECK(cudaStreamSynchronize(stream));
-    const double me = median(eager) * 1e3, mg = median(graph) * 1e3;  // us
-    const double bytes = double(B) * L * H * D * 12, tbs = bytes / (mg * 1e-6) / 1e12;
+    double mean_graph = 0;
+    for (float x : graph) mean_graph += x / iters;
+    const double me = median(eager) * 1e3, mg = (ckpt_period ? mean_graph : median(graph)) * 1e3;  // us
+    const double per_elem = ckpt_period ? 8.0 + 8.0 / ckpt_period : 12.0;
+    const double bytes = double(B) * L * H * D * per_elem, tbs = bytes / (mg * 1e-6) / 1e12;
     std::printf("%4d %4d %7d %9.0f %11.1f %11.1f %10.2f %7.0f%%\n", s.D, s.B, s.L, cache_bytes / 1e6, me, mg, tbs,
                 100.0 * tbs / kCopyTBs);
     std::fflush(stdout);
     CHECK(cudaGraphExecDestroy(ge));
     CHECK(cudaGraphDestroy(gr));
     for (void* p : {(void*)ck, (void*)cv, (void*)len, q, k, v, (void*)w, (void*)beta, o, (void*)lse, (void*)g,
-                    (void*)gcum})
+                    (void*)gcum, (void*)ckpt, (void*)carry})
       if (p) CHECK(cudaFree(p));
   }
   if (ws) CHECK(cudaFree(ws));

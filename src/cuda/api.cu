@@ -305,11 +305,21 @@ void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const 
   if (p.B * p.H * ns > INT32_MAX || p.B * p.HQ > INT32_MAX)
     throw Error("pathattn: cuda decode: B * H = " + std::to_string(p.B * p.H) + " exceeds the kernels' grid");
 
+  const bool checkpointed = cache.ckpt.defined();
+  if (checkpointed) {  // the carry kernel reads M as a contiguous [D][D] block per (sequence, kv head)
+    const TensorView& m = cache.carry;
+    if (m.strides[3] != 1 || m.strides[2] != p.D || m.strides[1] != p.D * p.D || m.strides[0] != p.H * p.D * p.D)
+      throw Error("pathattn: cuda decode: cache.carry must be contiguous [B, H, D, D]");
+    if (!aligned(m.data, 16)) throw Error("pathattn: cuda decode: cache.carry's data pointer must be aligned to 16 bytes");
+  }
+
   Workspace ws;
   const std::size_t parts = static_cast<std::size_t>(p.B) * p.HQ * ns;
   const int part_o = ws.add("decode partial o", parts * p.D * 4);
   const int part_ml = ws.add("decode partial max, sum", parts * 2 * 4);
   const int snap = ws.add("decode lengths seen", static_cast<std::size_t>(p.B) * 4);
+  const int ck_snap = checkpointed ? ws.add("decode checkpoints seen", static_cast<std::size_t>(p.B) * 4) : -1;
+  const int qcar = checkpointed ? ws.add("decode carried-back queries", static_cast<std::size_t>(p.B) * p.HQ * p.D * 4) : -1;
   ws.acquire(in, in.q.device_index, stream);
 
   DecodeParams prm{};
@@ -341,6 +351,14 @@ void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const 
   prm.part_o = ws.ptr<float>(part_o);
   prm.part_ml = ws.ptr<float>(part_ml);
   prm.len_snap = ws.ptr<int32_t>(snap);
+  if (checkpointed) {
+    prm.ckpt = static_cast<int32_t*>(cache.ckpt.data);
+    prm.sckpt = cache.ckpt.strides[0];
+    prm.carry = static_cast<float*>(cache.carry.data);
+    prm.period = static_cast<int>(std::min<int64_t>(cache.ckpt_period, INT32_MAX));
+    prm.ckpt_snap = ws.ptr<int32_t>(ck_snap);
+    prm.qcarried = ws.ptr<float>(qcar);
+  }
   run_decode(prm, p.dtype, static_cast<int>(p.D), static_cast<int>(p.T), stream);
 }
 

@@ -47,6 +47,16 @@ struct DecodeParams {
   int num_splits;     // blocks per (sequence, kv head), each a contiguous share of the cached rows
   float scale_log2;   // scale * log2(e): logits in base 2
 
+  // The checkpointed cache (docs/math.md Eq. 35-37; kernels/decode_checkpoint.cuh), or ckpt == nullptr: the plain
+  // cache. Rows [0, ckpt[b]) are carried to the checkpoint only, read with the carried-back query.
+  int32_t* ckpt;      // [B] on the device: read by the carry kernel, moved by the refresh kernel
+  int64_t sckpt;
+  float* carry;       // [B, H, D, D] contiguous: M = H_ckpt ... H_t, stale (meaning I) when nothing is pending
+  int period;         // P: the old rows are carried by M when P tokens are pending
+  int32_t* ckpt_snap; // [B] workspace: ckpt[b] as this step's carry kernel read it, or -1 when the cache breaks
+                      //     0 <= lengths - ckpt < P (the sequence then gets NaN and is left alone)
+  float* qcarried;    // [B, HQ, D] workspace: M_t q_t per query head (Eq. 35), the carry kernel's output
+
   // Workspace.
   float* part_o;      // [B, HQ, num_splits, D]  each split's unnormalised sum of p v
   float* part_ml;     // [B, HQ, num_splits, 2]  its running max (base 2) and sum of p

@@ -44,6 +44,7 @@ struct DecodeCase {
   bool cuda_prefill = false;    // the prefill's kcache from the CUDA forward (bf16 / f16), else the CPU forward (f32)
   bool k_bf16 = false;          // cache.k in bf16 (rounded at every step's carry), else f32; single steps only
   bool v_low = false;           // cache.v in the inputs' dtype, else f32
+  int64_t period = 0;           // > 0: a checkpointed cache of this period on both sides (docs/math.md Eq. 35-37)
   uint64_t seed = 1;
   std::string name() const {
     std::string s = "B" + std::to_string(prompt.size()) + "_H" + std::to_string(H) + "_HQ" + std::to_string(HQ) +
@@ -56,6 +57,7 @@ struct DecodeCase {
     if (cuda_prefill) s += "_cudaprefill";
     if (k_bf16) s += "_kbf16";
     if (v_low) s += "_vlow";
+    if (period) s += "_ckpt" + std::to_string(period);
     return s;
   }
 };
@@ -209,8 +211,25 @@ TEST_P(CudaDecode, MatchesCpuDecodeAndReference) {
 
   DevOut go({B, N, HQ, D}, dc.dt), glse({B, N, HQ}, DType::f32);
   Buffer<float> co({B, N, HQ, D}, DType::f32), clse({B, N, HQ}, DType::f32);
-  const DecodeCache dcache{dk.view, dv.view, dc.gate ? dg.view : TensorView{}, dlen.view};
-  const DecodeCache ccache{ck.view, cv.view, dc.gate ? (dc.gcum_f64 ? cg64.view : cg32.view) : TensorView{}, clen.view};
+  DecodeCache dcache{dk.view, dv.view, dc.gate ? dg.view : TensorView{}, dlen.view};
+  DecodeCache ccache{ck.view, cv.view, dc.gate ? (dc.gcum_f64 ? cg64.view : cg32.view) : TensorView{}, clen.view};
+  // A checkpointed cache on both sides: the checkpoint at each prompt's end (the prefill's keys are carried to it),
+  // nothing pending, so the carry's content is ignored (zeros here).
+  const std::vector<double> zeros_carry(B * H * D * D, 0.0);
+  DevTensor dckpt(hlen, {B}, DType::i32, false), dcarry(zeros_carry, {B, H, D, D}, DType::f32, false);
+  Buffer<int32_t> cckpt({B}, DType::i32);
+  Buffer<float> ccarry({B, H, D, D}, DType::f32);
+  if (dc.period) {
+    setenv("PATHATTN_CUDA_CHECKPOINTED", "1", 1);  // the opt-in while the CUDA kernels are new
+    ccarry.fill_from(zeros_carry);
+    for (int64_t b = 0; b < B; ++b) cckpt.data()[b] = static_cast<int32_t>(dc.prompt[b]);
+    dcache.ckpt = dckpt.view;
+    dcache.carry = dcarry.view;
+    dcache.ckpt_period = dc.period;
+    ccache.ckpt = cckpt.view;
+    ccache.carry = ccarry.view;
+    ccache.ckpt_period = dc.period;
+  }
   ASSERT_TRUE(supports(din, Backend::cuda, Op::decode).ok) << supports(din, Backend::cuda, Op::decode).reason;
   for (int64_t n = 0, call = 0; n < N; ++call) {
     const int64_t S = std::min<int64_t>(dc.chunks.empty() ? 1 : dc.chunks[call % dc.chunks.size()], N - n);
@@ -238,6 +257,29 @@ TEST_P(CudaDecode, MatchesCpuDecodeAndReference) {
   const std::vector<double> gk = download_cache(dk, kdt), gv = download_cache(dv, vdt);
   const std::vector<double> gg = dc.gcum_f64 ? download<double>(dg) : download<float>(dg);
   const std::vector<double> glen = download<int32_t>(dlen);
+  // The checkpointed cache's keys as the plain cache holds them: rows [0, ckpt) carried by the pending product,
+  // row <- carry^T row (Eq. 36), when something is pending.
+  auto materialized = [&](std::vector<double> k, const std::vector<double>& ckpt, const std::vector<double>& carry) {
+    for (int64_t b = 0; dc.period && b < B; ++b) {
+      if (ckpt[b] == dc.prompt[b] + N) continue;  // nothing pending: the carry is ignored
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t j = 0; j < static_cast<int64_t>(ckpt[b]); ++j) {
+          double* row = &k[((b * Tmax + j) * H + h) * D];
+          std::vector<double> r(D, 0.0);
+          for (int64_t e = 0; e < D; ++e)
+            for (int64_t d = 0; d < D; ++d) r[e] += carry[((b * H + h) * D + d) * D + e] * row[d];
+          for (int64_t e = 0; e < D; ++e) row[e] = r[e];
+        }
+    }
+    return k;
+  };
+  std::vector<double> gckpt, gcarry;
+  if (dc.period) {
+    gckpt = download<int32_t>(dckpt);
+    gcarry = download<float>(dcarry);
+    for (int64_t b = 0; b < B; ++b) EXPECT_EQ(gckpt[b], cckpt.data()[b]) << "ckpt[" << b << "] vs the CPU's";
+  }
+  const std::vector<double> gk_plain = dc.period ? materialized(gk, gckpt, gcarry) : gk;
 
   // The cache's rows [0, T_b) of every sequence; rows past them must still be NaN (never written).
   auto valid_rows = [&](const std::vector<double>& x, int64_t width, bool device) {
@@ -303,7 +345,7 @@ TEST_P(CudaDecode, MatchesCpuDecodeAndReference) {
     for (int64_t e = 0; e < Tb * H * D; ++e) {
       rk.push_back(r_kc[e]);
       bk.push_back(dc.k_bf16 ? twin_k[b * Tmax * H * D + e] : base.kcache[e]);
-      xk.push_back(gk[b * Tmax * H * D + e]);
+      xk.push_back(gk_plain[b * Tmax * H * D + e]);
     }
   }
   std::printf(" against the f64 reference forward:\n");
@@ -340,6 +382,14 @@ std::vector<DecodeCase> cases() {
   c.push_back({.H = 1, .HQ = 4, .D = 128, .dt = DType::f16, .prompt = {64, 2}, .steps = 20, .cuda_prefill = true, .seed = 8});
   // 1,000 decoding steps: the carried cache over many updates, the gate's G over a long sequence.
   c.push_back({.H = 1, .HQ = 4, .D = 64, .gate = true, .prompt = {24}, .steps = 1000, .seed = 9});
+  // The checkpointed cache: refreshes every 16 / 5 / 7 / 64 tokens (GQA, gate, lengths 0, 1, across chunks; calls
+  // of several tokens; bf16 keys; D 128 over 300 steps), against the CPU's checkpointed decode and the reference.
+  c.push_back({.H = 2, .HQ = 8, .D = 64, .gate = true, .prompt = {0, 1, 77}, .steps = 40, .period = 16, .seed = 14});
+  c.push_back({.H = 2, .HQ = 4, .D = 64, .gate = true, .prompt = {3, 70, 0}, .steps = 40, .chunks = {1, 3, 1, 7, 26},
+               .period = 5, .seed = 15});
+  c.push_back({.H = 2, .HQ = 8, .D = 128, .dt = DType::f16, .prompt = {65, 3}, .steps = 30, .beta = BD::near2,
+               .k_bf16 = true, .v_low = true, .period = 7, .seed = 16});
+  c.push_back({.H = 1, .HQ = 16, .D = 128, .gate = true, .prompt = {40}, .steps = 300, .period = 64, .seed = 17});
   // Low-precision caches: bf16 keys with values in the inputs' dtype (bf16, f16; D 64, 128; GQA, gate, lengths 0
   // and across chunks), values alone in the inputs' dtype, and bf16 keys over 300 steps.
   c.push_back({.H = 2, .HQ = 8, .D = 64, .gate = true, .prompt = {0, 1, 77}, .steps = 40, .k_bf16 = true,

@@ -99,8 +99,10 @@ __device__ __forceinline__ void store_gcum(const DecodeParams& p, int64_t off, d
 
 // kG: query heads per pass (a power of two >= the group, at most 8; larger groups take group / 8 passes, the
 // later ones reading back the rows the first pass carried and wrote: each thread rereads only its own writes).
-// KC, VC: the cache's key and value types (KC float or bf16: p.ck_bf16; VC float or T: p.cv_low).
-template <typename T, int D, int kG, typename KC, typename VC>
+// KC, VC: the cache's key and value types (KC float or bf16: p.ck_bf16; VC float or T: p.cv_low). kCkpt: the
+// checkpointed cache (kernels/decode_checkpoint.cuh): rows before the checkpoint are read with the carried-back
+// query and neither carried nor written.
+template <typename T, int D, int kG, typename KC, typename VC, bool kCkpt>
 __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const DecodeParams p) {
   constexpr int kTeam = D / 4;                    // lanes per cached row (one float4 each)
   constexpr int kTeams = kDecodeThreads / kTeam;  // rows a block reads at once per unrolled slot
@@ -127,6 +129,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const D
   }
   if (before < 0 || before + p.S > p.Tmax) return;  // the call does not fit: the combine kernel writes NaN
   const int L0 = static_cast<int>(before) + t;
+  int ckpt = 0;  // rows [0, ckpt) are old (the checkpointed cache's; none in the plain cache)
+  if constexpr (kCkpt) {
+    ckpt = p.ckpt_snap[b];
+    if (ckpt < 0) return;  // a broken checkpointed cache: the combine kernel writes NaN
+  }
   const int r0 = static_cast<int>(static_cast<int64_t>(L0) * split / ns);
   const int r1 = static_cast<int>(static_cast<int64_t>(L0) * (split + 1) / ns);
   const bool first = split == 0;
@@ -152,7 +159,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const D
 
   for (int hp = 0; hp < p.group; hp += kG) {
     const bool carry = hp == 0;  // the first pass carries each row over H_t and writes it back
-    float4 q4[kG], acc[kG];
+    float4 q4[kG], qc4[kG], acc[kG];  // qc4: the query carried back to the checkpoint (Eq. 35)
     float m[kG], l[kG];
     double gt[kG];  // G_t per head (f64: G_t - G_j keeps its precision at long T, docs/spec.md §6)
     int64_t goff[kG];
@@ -162,6 +169,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const D
       const int hq = h * p.group + (valid ? hp + g : 0);
       q4[g] = valid ? scale4(p.scale_log2, load4<T>(p.q, b * p.sq.b + t * p.sq.t + hq * p.sq.h + d0))
                     : make_float4(0.f, 0.f, 0.f, 0.f);
+      qc4[g] = q4[g];
+      if constexpr (kCkpt)
+        if (valid)
+          qc4[g] = scale4(p.scale_log2, *reinterpret_cast<const float4*>(
+                                            p.qcarried + (static_cast<int64_t>(b) * p.HQ + hq) * D + d0));
       goff[g] = b * p.scg.b + hq * p.scg.h;
       gt[g] = 0.0;
       if (gate) {
@@ -183,11 +195,12 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const D
     for (int base = r0; base < r1; base += kU * kTeams) {
       float4 c[kU], vv[kU];
       int row[kU];
-      bool ok[kU];
+      bool ok[kU], old[kU];
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
         row[u] = base + u * kTeams + team;
         ok[u] = row[u] < r1;
+        old[u] = kCkpt && row[u] < ckpt;  // uniform over the team (one row)
         c[u] = ok[u] ? load_cache4<KC>(p.ck, ck0 + row[u] * p.sck.t) : make_float4(0.f, 0.f, 0.f, 0.f);
         vv[u] = ok[u] ? load_cache4<VC>(p.cv, cv0 + row[u] * p.scv.t) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
@@ -195,8 +208,10 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const D
 #pragma unroll
         for (int u = 0; u < kU; ++u) {
           const float a = team_sum<kTeam>(dot4(w4, c[u])) * beta;  // beta_t (w_t . c_j)
-          c[u] = axpy4(-a, w4, c[u]);
-          if (ok[u]) store_cache4<KC>(p.ck, ck0 + row[u] * p.sck.t, c[u]);
+          if (!old[u]) {  // an old row stays at the checkpoint
+            c[u] = axpy4(-a, w4, c[u]);
+            if (ok[u]) store_cache4<KC>(p.ck, ck0 + row[u] * p.sck.t, c[u]);
+          }
         }
       }
 #pragma unroll
@@ -204,7 +219,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const D
         float s[kU], mt = -INFINITY;
 #pragma unroll
         for (int u = 0; u < kU; ++u) {
-          s[u] = team_sum<kTeam>(dot4(q4[g], c[u]));
+          s[u] = team_sum<kTeam>(dot4(old[u] ? qc4[g] : q4[g], c[u]));
           if (gate && ok[u]) s[u] += static_cast<float>(gt[g] - load_gcum(p, goff[g] + row[u] * p.scg.t)) * kLog2e;
           s[u] = ok[u] ? s[u] : -INFINITY;
           mt = fmaxf(mt, s[u]);
@@ -294,7 +309,8 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const D
   T* o = static_cast<T*>(p.o) + b * p.so.b + t * p.so.t + hq * p.so.h;
   float* lse = p.lse + b * p.slse.b + t * p.slse.t + hq * p.slse.h;
   const int64_t before = p.len_snap[b];  // lengths[b] before the call
-  if (before < 0 || before + p.S > p.Tmax) {  // the split kernel left this sequence alone
+  if (before < 0 || before + p.S > p.Tmax ||
+      (p.ckpt != nullptr && p.ckpt_snap[b] < 0)) {  // the split kernel left this sequence alone
     for (int d = tid; d < D; d += kCombineThreads) o[d] = TypeTraits<T>::from_float(NAN);
     if (tid == 0) *lse = NAN;
     return;

@@ -8,10 +8,14 @@
 
 namespace pathattn::cuda {
 
-// S decoding steps, one launch pair (split kernel, combine kernel) per new token, in order on `stream`: token s
+// S decoding steps, one launch pair (split kernel, combine kernel; with a checkpointed cache also the carry and
+// refresh kernels) per new token, in order on `stream`: token s
 // attends to the cache that token s - 1 left (the S rank-one carries of Eq. 3 instead of the CPU's one UT factor
 // per 64 tokens: equal to rounding). kG: query heads per pass of the split kernel (1, 2, 4 or 8).
 template <typename T, int D, int kG>
 void launch_decode(const DecodeParams& p, int S, cudaStream_t stream);
+// One cache layout's launch sequence (kCkpt: the checkpointed cache, p.ckpt set): launch/decode_impl.cuh.
+template <typename T, int D, int kG, bool kCkpt>
+void launch_decode_steps(const DecodeParams& p, int S, cudaStream_t stream);
 
 }  // namespace pathattn::cuda

@@ -1,0 +1,53 @@
+// The decode launch sequence (kernels/decode.cuh, kernels/decode_checkpoint.cuh) for one instance, included by
+// launch/decode.cu (the plain cache) and launch/decode_ckpt.cu (the checkpointed one), two files that compile in
+// parallel.
+#pragma once
+
+#include "cuda/check.h"
+#include "cuda/kernels/decode.cuh"
+#include "cuda/kernels/decode_checkpoint.cuh"
+#include "cuda/launch/decode_launch.h"
+
+namespace pathattn::cuda {
+
+// Per new token, in order on `stream`: [the carry kernel], the split kernel, the combine kernel, [the refresh kernel]
+// (brackets: the checkpointed cache only).
+template <typename T, int D, int kG, bool kCkpt>
+void launch_decode_steps(const DecodeParams& p, int S, cudaStream_t stream) {
+  DecodeParams prm = p;
+  prm.S = S;
+  const unsigned split_blocks = static_cast<unsigned>(static_cast<int64_t>(p.B) * p.H * p.num_splits);
+  const unsigned combine_blocks = static_cast<unsigned>(static_cast<int64_t>(p.B) * p.HQ);
+  const unsigned carry_blocks = static_cast<unsigned>(static_cast<int64_t>(p.B) * p.H);
+  // The cache's key and value types: f32 / bf16 keys, f32 / T values.
+  void (*split)(const DecodeParams) =
+      p.ck_bf16 ? (p.cv_low ? decode_split_kernel<T, D, kG, __nv_bfloat16, T, kCkpt>
+                            : decode_split_kernel<T, D, kG, __nv_bfloat16, float, kCkpt>)
+                : (p.cv_low ? decode_split_kernel<T, D, kG, float, T, kCkpt> : decode_split_kernel<T, D, kG, float, float, kCkpt>);
+  void (*refresh)(const DecodeParams) = p.ck_bf16 ? decode_refresh_kernel<__nv_bfloat16, D> : decode_refresh_kernel<float, D>;
+  constexpr int kRefreshSmem = decode_refresh_smem_bytes<D>();
+  if constexpr (kCkpt) CUDA_CHECK(cudaFuncSetAttribute(refresh, cudaFuncAttributeMaxDynamicSharedMemorySize, kRefreshSmem));
+  for (int s = 0; s < S; ++s) {
+    prm.step = s;
+    if constexpr (kCkpt) {
+      decode_carry_kernel<T, D><<<carry_blocks, kCarryThreads, 0, stream>>>(prm);
+      CUDA_CHECK_LAUNCH("decode_carry_kernel");
+    }
+    split<<<split_blocks, kDecodeThreads, 0, stream>>>(prm);
+    CUDA_CHECK_LAUNCH("decode_split_kernel");
+    decode_combine_kernel<T, D><<<combine_blocks, kCombineThreads, 0, stream>>>(prm);
+    CUDA_CHECK_LAUNCH("decode_combine_kernel");
+    if constexpr (kCkpt) {
+      refresh<<<split_blocks, kCarryThreads, kRefreshSmem, stream>>>(prm);
+      CUDA_CHECK_LAUNCH("decode_refresh_kernel");
+    }
+  }
+}
+
+#define PATHATTN_DECODE_STEP_INSTANCES(T, D, CK)                                                   \
+  template void launch_decode_steps<T, D, 1, CK>(const DecodeParams&, int, cudaStream_t);          \
+  template void launch_decode_steps<T, D, 2, CK>(const DecodeParams&, int, cudaStream_t);          \
+  template void launch_decode_steps<T, D, 4, CK>(const DecodeParams&, int, cudaStream_t);          \
+  template void launch_decode_steps<T, D, 8, CK>(const DecodeParams&, int, cudaStream_t);
+
+}  // namespace pathattn::cuda
