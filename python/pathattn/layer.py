@@ -16,12 +16,14 @@ class PaTHLayerCache:
     key cache (a DecodeCache: keys carried to each sequence's last token, values, gates) and the last
     conv_size - 1 inputs of the w short convolution, both on the layer's device. Empty until the first call (the
     prefill) fills it. len() is the number of cached tokens, counted on the host (every sequence of the batch
-    advances together), so a CUDA decoding step reads nothing back from the device."""
+    advances together), so a CUDA decoding step reads nothing back from the device. checkpoint=P keeps the key
+    cache checkpointed (DecodeCache(checkpoint=P): old keys rewritten once per P tokens; CPU only so far)."""
 
-    def __init__(self):
+    def __init__(self, checkpoint: Optional[int] = None):
         self.kv: Optional[DecodeCache] = None
         self.conv: Optional[torch.Tensor] = None  # [B, conv_size - 1, H * D]
         self.length = 0  # tokens in the cache, the same for every sequence (== kv.lengths)
+        self.checkpoint = checkpoint
 
     def __len__(self):
         return self.length
@@ -200,7 +202,7 @@ class PaTHAttention(nn.Module):
         elif cache.kv is None:  # prefill: the key cache on the tokens' device
             with torch.no_grad():
                 o, _, kcache = prefill(q, k, v, w, beta, g)
-                cache.kv = DecodeCache.from_prefill(kcache, v, g, Tmax=2 * T)
+                cache.kv = DecodeCache.from_prefill(kcache, v, g, Tmax=2 * T, checkpoint=cache.checkpoint)
                 cache.length = T
         else:
             with torch.no_grad():

@@ -86,3 +86,24 @@ def test_full_cache_and_wrong_dtype_are_named_errors():
         pathattn.decode(**x, cache=pathattn.DecodeCache(B, 8, H, D, k_dtype=torch.bfloat16))
     with pytest.raises(RuntimeError, match=r"cache.v must have dtype float32 \(the CPU decode\), got bfloat16"):
         pathattn.decode(**x, cache=pathattn.DecodeCache(B, 8, H, D, v_dtype=torch.bfloat16))
+
+
+def test_layer_with_a_checkpointed_cache_equals_its_full_forward():
+    """PaTHAttention decoding through PaTHLayerCache(checkpoint=P): the same outputs as one forward over the whole
+    sequence, with refreshes (P = 8) crossed by single tokens and a 5-token step, and past the cache's growth."""
+    torch.manual_seed(9)
+    layer = pathattn.PaTHAttention(hidden_size=128, num_heads=2)
+    with torch.no_grad():  # sharper attention, so that a wrong key cache shows (as test_decode_cuda.py does)
+        layer.q_proj.weight.mul_(5)
+        layer.k_proj.weight.mul_(5)
+    x = torch.randn(2, 70, 128)
+    with torch.no_grad():
+        full = layer(x)
+        cache = pathattn.PaTHLayerCache(checkpoint=8)
+        parts, t = [layer(x[:, :30], cache=cache)], 30
+        for s in [1, 1, 5] + [1] * 33:
+            parts.append(layer(x[:, t : t + s], cache=cache))
+            t += s
+    assert t == 70 and cache.kv.period == 8 and cache.kv.k.shape[1] == 120  # 60, doubled once
+    assert all(0 <= 70 - c < 8 for c in cache.kv.ckpt.tolist())
+    torch.testing.assert_close(torch.cat(parts, 1), full, rtol=F32_VS_REFERENCE_RTOL, atol=F32_VS_REFERENCE_ATOL)
