@@ -15,12 +15,17 @@ namespace fwd_detail {
 
 
 // Element offset of (row, col) in a tile of row length ld; swizzled: the 16-byte chunk index XOR row % 8.
-template <bool kSwz>
+// kWide (the caller's columns may reach 64 or more) with ld = 64: the wgmma kernels' layout of wider tiles
+// (fwd_wgmma.cuh at D = 128), 64-column sub-tiles of kChunk rows one after the other, each in the 128-byte swizzle
+// (a wgmma B operand needs its rows 128 bytes apart); for col < 64 it is the plain ld = 64 tile.
+template <bool kSwz, bool kWide = false>
 __device__ __forceinline__ int swz(int row, int col, int ld) {
-  if constexpr (kSwz)
+  if constexpr (kSwz) {
+    if (kWide && ld == 64) return (col >> 6) * (kChunk * 64) + row * 64 + (((col >> 3) ^ row) & 7) * 8 + (col & 7);
     return row * ld + ((((col >> 3) ^ row) & 7) | ((col >> 3) & ~7)) * 8 + (col & 7);
-  else
+  } else {
     return row * ld + col;
+  }
 }
 
 // A fragments (k blocks of 16) from an f32 accumulator tile [16 x 8*NT], optionally negated.
@@ -45,7 +50,7 @@ __device__ __forceinline__ void gemm_nt(float (&out)[NT][4], const uint32_t (&a)
 #pragma unroll
     for (int kk = 0; kk < KB; ++kk) {
       uint32_t r[4];
-      ldsm_x4(r, smem_addr(sb + swz<kSwz>(n2 * 16 + row, kk * 16 + col, ld)));
+      ldsm_x4(r, smem_addr(sb + swz<kSwz, (KB > 4)>(n2 * 16 + row, kk * 16 + col, ld)));
       mma16816<T>(out[2 * n2], a[kk], r[0], r[1]);
       mma16816<T>(out[2 * n2 + 1], a[kk], r[2], r[3]);
     }
@@ -61,7 +66,7 @@ __device__ __forceinline__ void gemm_nn(float (&out)[NT][4], const uint32_t (&a)
 #pragma unroll
     for (int n2 = 0; n2 < NT / 2; ++n2) {
       uint32_t r[4];
-      ldsm_x4_t(r, smem_addr(sb + swz<kSwz>(kk * 16 + row, n2 * 16 + col, ld)));
+      ldsm_x4_t(r, smem_addr(sb + swz<kSwz, (NT > 8)>(kk * 16 + row, n2 * 16 + col, ld)));
       mma16816<T>(out[2 * n2], a[kk], r[0], r[1]);
       mma16816<T>(out[2 * n2 + 1], a[kk], r[2], r[3]);
     }
@@ -81,7 +86,7 @@ __device__ __forceinline__ void load_tile(T* s, int ld, const T* g, int64_t row_
   for (int e = threadIdx.x; e < kChunk * kPieces; e += blockDim.x) {
     const int r = e / kPieces, c = (e % kPieces) * 8;
     const bool ok = r < valid;
-    cp_async16(s + swz<kSwz>(r, c, ld), ok ? g + r * row_stride + c : g, ok ? 16 : 0);
+    cp_async16(s + swz<kSwz, (D > 64)>(r, c, ld), ok ? g + r * row_stride + c : g, ok ? 16 : 0);
   }
 }
 

@@ -1,4 +1,5 @@
-// The main forward kernel at D = 64 on Hopper's warpgroup tensor cores (wgmma, sm_90a). Same math and schedule as
+// The main forward kernel on Hopper's warpgroup tensor cores (wgmma, sm_90a): D = 64 (the default there) and D = 128
+// (opt-in PATHATTN_FWD128=wgmma until it has run on a GPU: launch/fwd.cu). Same math and schedule as
 // fwd.cuh (docs/math.md Eq. 12, 13, 15, 32): one CTA = one warpgroup of 4 warps per (query chunk m, query head),
 // warp w owning query rows 16w..16w+15, the running query Q~ in f32 registers.
 //
@@ -14,6 +15,11 @@
 // 8 KB tile copies and the gate row; the tiles land 128-byte swizzled) and completed on one mbarrier per stage;
 // the first version issued 12 cp.async per thread per chunk with their address arithmetic (ncu: the integer pipe
 // was the busiest, 2.5 IPC for ~950 instructions per warp and chunk pair).
+//
+// D = 128: every D-wide operand is KH = 2 sub-tiles of 64 columns (a wgmma B operand's rows must be 128 bytes apart
+// in the swizzle), E = [D][D] four; a product over d takes its k16 steps from sub-tile kk / 4, an output of 128
+// columns is two m64n64 accumulators (the halves of Q~ or O). The diagonal block reads the same sub-tiles through
+// fwd_tiles.cuh's swz at ld = 64. 19 tiles (152 KB): one CTA per SM.
 #pragma once
 
 #include "cuda/kernels/fwd_tiles.cuh"
@@ -23,32 +29,40 @@
 namespace pathattn::cuda {
 
 // Shared memory: 64 x 64 tiles of 16-bit elements (8 KB), 128-byte swizzle (fwd_tiles.cuh swz at ld 64),
-// each 1024-byte aligned for the wgmma descriptors.
-//   stage s in {0, 1}: tile 3s = K^ (K for the diagonal), 3s + 1 = E (W for the diagonal), 3s + 2 = V
-//   tile 6 = U, tile 7 = M of the diagonal chunk; then the gate: query chunk [C], key chunk per stage [2][C];
-//   then one mbarrier per stage.
+// each 1024-byte aligned for the wgmma descriptors. KH = D / 64 sub-tiles per D-wide operand.
+//   stage s in {0, 1}, at tile s * kStage: K^ (K for the diagonal) KH tiles, then E KH x KH tiles ([n half][k half];
+//   W for the diagonal in the first KH), then V KH tiles
+//   tile 2 kStage: U (KH tiles), then M of the diagonal chunk; then the gate: query chunk [C], key chunk per stage
+//   [2][C]; then one mbarrier per stage.
+template <int D>
 struct FwdWgSmem {
+  static constexpr int KH = D / 64;
   static constexpr int kTile = kChunk * 64;  // elements
-  static constexpr int kHalves = 8 * kTile;
+  static constexpr int kK = 0, kE = KH, kV = KH + KH * KH, kStage = 2 * KH + KH * KH;  // offsets inside a stage
+  static constexpr int kU = 2 * kStage, kM = kU + KH, kTiles = kM + 1;
+  static constexpr int kHalves = kTiles * kTile;
   static constexpr int kBytes = kHalves * 2 + 3 * kChunk * 4 + 2 * 8 + 1024;  // + 1024: room to align the base
 };
 
-// tm_k, tm_e: the workspace's K^ and E as [rows, 64] (tensor_maps.h); tm_v: the input v as [B, T, H, 64].
-template <typename T, bool kGate>
-__global__ void __launch_bounds__(128, 3)
+// tm_k, tm_e: the workspace's K^ and E as [rows, D] (tensor_maps.h, 64 x 64 boxes); tm_v: the input v as
+// [B, T, H, D] (64 x 64 boxes).
+template <typename T, int D, bool kGate>
+__global__ void __launch_bounds__(128, D == 64 ? 3 : 1)
     fwd_wgmma_kernel(const FwdParams p, const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_e,
                      const __grid_constant__ CUtensorMap tm_v) {
   using namespace fwd_detail;
-  constexpr int D = 64, C = kChunk;
+  using L = FwdWgSmem<D>;
+  constexpr int C = kChunk, KH = L::KH;
   constexpr int NT = D / 8, KD = D / 16, NC8 = C / 8, KC = C / 16;
+  static_assert(D == 64 || D == 128, "the wgmma forward has D = 64 and 128 instances");
   constexpr float kLog2e = 1.4426950408889634f;
   using Tag = typename WgmmaTag<T>::type;
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw_addr = smem_addr(smem_raw);
   T* sm = reinterpret_cast<T*>(smem_raw + ((1024u - (raw_addr & 1023u)) & 1023u));
-  auto tile = [&](int i) { return sm + i * FwdWgSmem::kTile; };
-  float* sGq = reinterpret_cast<float*>(sm + FwdWgSmem::kHalves);  // [C]    gate of the query chunk
+  auto tile = [&](int i) { return sm + i * L::kTile; };
+  float* sGq = reinterpret_cast<float*>(sm + L::kHalves);           // [C]    gate of the query chunk
   float* sGk = sGq + C;                                             // [2][C] gate of the key chunk per stage
   const uint32_t bar0 = smem_addr(sGk + 2 * C);                     // [2] mbarriers, 8 bytes each
   auto bar = [&](int s) { return bar0 + 8 * s; };
@@ -61,18 +75,26 @@ __global__ void __launch_bounds__(128, 3)
   const int r0 = warp * 16 + lane / 4;  // this thread's two query rows in the chunk: r0, r0 + 8
 
   const T* vin = static_cast<const T*>(p.v);
-  auto ws_tile = [&](const void* base, int chunk) {  // C x D (or D x D = the same at D = 64) workspace tile
+  auto ws_tile = [&](const void* base, int chunk) {  // C x D workspace tile
     return static_cast<const T*>(base) + ((int64_t)chunk * p.H + h) * C * D;
   };
-  // K^, E, V (and the gate row) of an earlier (full) chunk into stage s; called by thread 0 only.
+  auto stage_tile = [&](int s, int i) { return tile(s * L::kStage + i); };
+  // K^, E, V (and the gate row) of an earlier (full) chunk into stage s; called by thread 0 only. Sub-tile (y, x)
+  // of a matrix: its rows 64 y.., columns 64 x...
   auto issue_chunk = [&](int s, int chunk) {
     const ChunkInfo cc = p.chunks[chunk];
-    constexpr uint32_t kBytesTiles = 3 * FwdWgSmem::kTile * 2;
+    constexpr uint32_t kBytesTiles = L::kStage * L::kTile * 2;
     mbar_arrive_expect_tx(bar(s), kBytesTiles + (kGate ? C * 4 : 0));
-    const int row = (chunk * p.H + h) * C;
-    tma_load_2d(smem_addr(tile(3 * s)), &tm_k, 0, row, bar(s));
-    tma_load_2d(smem_addr(tile(3 * s + 1)), &tm_e, 0, row, bar(s));
-    tma_load_4d(smem_addr(tile(3 * s + 2)), &tm_v, 0, cc.t0, h, cc.b, bar(s));
+    const int krow = (chunk * p.H + h) * C, erow = (chunk * p.H + h) * D;
+#pragma unroll
+    for (int x = 0; x < KH; ++x) tma_load_2d(smem_addr(stage_tile(s, L::kK + x)), &tm_k, 64 * x, krow, bar(s));
+#pragma unroll
+    for (int y = 0; y < KH; ++y)
+#pragma unroll
+      for (int x = 0; x < KH; ++x)  // E tile [n half y][k half x]: E rows d = 64 y.., columns d' = 64 x..
+        tma_load_2d(smem_addr(stage_tile(s, L::kE + y * KH + x)), &tm_e, 64 * x, erow + 64 * y, bar(s));
+#pragma unroll
+    for (int x = 0; x < KH; ++x) tma_load_4d(smem_addr(stage_tile(s, L::kV + x)), &tm_v, 64 * x, cc.t0, h, cc.b, bar(s));
     if constexpr (kGate) bulk_load(smem_addr(sGk + s * C), p.ws.gl + ((int64_t)chunk * p.HQ + hq) * C, C * 4, bar(s));
   };
   if (threadIdx.x == 0) {
@@ -82,13 +104,17 @@ __global__ void __launch_bounds__(128, 3)
   }
   __syncthreads();
 
-  // Prologue: the diagonal chunk's raw K, W, V, U, M, then the next key chunk (stage 1).
-  load_tile<T, D, true>(tile(0), D, static_cast<const T*>(p.k) + ci.b * p.sk.b + (int64_t)ci.t0 * p.sk.t + h * p.sk.h,
+  // Prologue: the diagonal chunk's raw K, W, V, U, M into stage 0's K, E and V slots and the U, M tiles (ld 64:
+  // D-wide tiles as KH sub-tiles, fwd_tiles.cuh swz), then the next key chunk (stage 1).
+  T* const dK = stage_tile(0, L::kK);
+  T* const dW = stage_tile(0, L::kE);
+  T* const dV = stage_tile(0, L::kV);
+  load_tile<T, D, true>(dK, 64, static_cast<const T*>(p.k) + ci.b * p.sk.b + (int64_t)ci.t0 * p.sk.t + h * p.sk.h,
                         p.sk.t, ci.len);
-  load_tile<T, D, true>(tile(1), D, ws_tile(p.ws.w, gc), D, C);
-  load_tile<T, D, true>(tile(2), D, vin + ci.b * p.sv.b + (int64_t)ci.t0 * p.sv.t + h * p.sv.h, p.sv.t, ci.len);
-  load_tile<T, D, true>(tile(6), D, ws_tile(p.ws.u, gc), D, C);
-  load_tile<T, C, true>(tile(7), C, static_cast<const T*>(p.ws.m) + ((int64_t)gc * p.H + h) * C * C, C, C);
+  load_tile<T, D, true>(dW, 64, ws_tile(p.ws.w, gc), D, C);
+  load_tile<T, D, true>(dV, 64, vin + ci.b * p.sv.b + (int64_t)ci.t0 * p.sv.t + h * p.sv.h, p.sv.t, ci.len);
+  load_tile<T, D, true>(tile(L::kU), 64, ws_tile(p.ws.u, gc), D, C);
+  load_tile<T, C, true>(tile(L::kM), C, static_cast<const T*>(p.ws.m) + ((int64_t)gc * p.H + h) * C * C, C, C);
   if constexpr (kGate) {
     if (threadIdx.x < C / 4) cp_async16(sGq + threadIdx.x * 4, p.ws.gl + ((int64_t)gc * p.HQ + hq) * C + threadIdx.x * 4, 16);
   }
@@ -112,7 +138,7 @@ __global__ void __launch_bounds__(128, 3)
   __syncthreads();
 
   // ---- Diagonal chunk (Eq. 12, 13), warp-level.
-  diagonal_block<T, D, true, kGate>(qf, o, sm_state, tile(0), tile(1), tile(6), tile(7), tile(2), D, C, sGq, 1.f, r0);
+  diagonal_block<T, D, true, kGate>(qf, o, sm_state, dK, dW, tile(L::kU), tile(L::kM), dV, 64, C, sGq, 1.f, r0);
 
   // ---- Earlier chunks, right to left, on the warpgroup tensor cores.
   const QueryGate<kGate> qgate(p, gc, hq, sGq, r0);
@@ -130,18 +156,24 @@ __global__ void __launch_bounds__(128, 3)
     uint32_t qa[KD][4];
     to_a_frags<T, NT>(qf, qa, 1.f);
     // Descriptors of this stage's tiles; a k16 step adds 32 bytes (K-major) or 2048 bytes (V) to the start
-    // address field, which holds the address in 16-byte units: +2 and +128.
-    const uint64_t dk = wgmma_desc_sw128(smem_addr(tile(3 * st))), de = wgmma_desc_sw128(smem_addr(tile(3 * st + 1))),
-                   dv = wgmma_desc_sw128(smem_addr(tile(3 * st + 2)));
+    // address field, which holds the address in 16-byte units: +2 and +128. A product over d takes k16 step kk
+    // from sub-tile kk / 4.
+    auto desc = [&](int i) { return wgmma_desc_sw128(smem_addr(stage_tile(st, i))); };
     float s[NC8][4];
     wgmma_fence_operand(qf);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < KD; ++kk)  // S = Q~ K^_c^T: a k16 step is 32 bytes along the swizzled K^ rows
-      wgmma_m64n64k16_rs<0>(s, qa[kk], dk + 2 * kk, kk > 0, Tag{});
+      wgmma_m64n64k16_rs<0>(s, qa[kk], desc(L::kK + kk / 4) + 2 * (kk % 4), kk > 0, Tag{});
     if (c > first) {  // Q~ <- Q~ + Q~ E_c^T (Eq. 32): not needed after the sequence's first chunk
 #pragma unroll
-      for (int kk = 0; kk < KD; ++kk) wgmma_m64n64k16_rs<0>(qf, qa[kk], de + 2 * kk, 1, Tag{});
+      for (int kk = 0; kk < KD; ++kk)  // output columns 0..63 of Q~ (E sub-tiles [0][kk / 4])
+        wgmma_m64n64k16_rs<0>(qf, qa[kk], desc(L::kE + kk / 4) + 2 * (kk % 4), 1, Tag{});
+      if constexpr (KH == 2) {
+#pragma unroll
+        for (int kk = 0; kk < KD; ++kk)  // columns 64..127: the second accumulator half (E sub-tiles [1][kk / 4])
+          wgmma_m64n64k16_rs<0, 8>(qf, qa[kk], desc(L::kE + KH + kk / 4) + 2 * (kk % 4), 1, Tag{});
+      }
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -166,7 +198,12 @@ __global__ void __launch_bounds__(128, 3)
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < KC; ++kk)  // O += P V_c: V is [key][d], read transposed; a k16 step is 16 rows, 2048 bytes
-      wgmma_m64n64k16_rs<1>(o, pa[kk], dv + 128 * kk, 1, Tag{});
+      wgmma_m64n64k16_rs<1>(o, pa[kk], desc(L::kV) + 128 * kk, 1, Tag{});
+    if constexpr (KH == 2) {
+#pragma unroll
+      for (int kk = 0; kk < KC; ++kk)  // O's columns 64..127: V sub-tile 1, the second accumulator half
+        wgmma_m64n64k16_rs<1, 8>(o, pa[kk], desc(L::kV + 1) + 128 * kk, 1, Tag{});
+    }
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_fence_operand(o);

@@ -72,20 +72,22 @@ struct WgmmaTag<__half> {
 };
 
 // d[64 x 64] (+)= A[64 x 16] (registers, this warp's 16 rows) * B[16 x 64] (descriptor); accumulate = 0 overwrites.
-// One definition per input type (bf16, f16), which the instruction names; the 32 accumulator operands are d.
+// One definition per input type (bf16, f16), which the instruction names; the 32 accumulator operands are
+// d[kOff .. kOff + 7] (kOff = 8: the second 64 columns of a 128-column accumulator, fwd_wgmma.cuh at D = 128).
 #define PATHATTN_WGMMA_D32                                                                                           \
-  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),                                                        \
-  "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),                                                        \
-  "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),                                                        \
-  "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),                                                        \
-  "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),                                                        \
-  "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),                                                        \
-  "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),                                                        \
-  "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+  "+f"(d[kOff + 0][0]), "+f"(d[kOff + 0][1]), "+f"(d[kOff + 0][2]), "+f"(d[kOff + 0][3]),                            \
+  "+f"(d[kOff + 1][0]), "+f"(d[kOff + 1][1]), "+f"(d[kOff + 1][2]), "+f"(d[kOff + 1][3]),                            \
+  "+f"(d[kOff + 2][0]), "+f"(d[kOff + 2][1]), "+f"(d[kOff + 2][2]), "+f"(d[kOff + 2][3]),                            \
+  "+f"(d[kOff + 3][0]), "+f"(d[kOff + 3][1]), "+f"(d[kOff + 3][2]), "+f"(d[kOff + 3][3]),                            \
+  "+f"(d[kOff + 4][0]), "+f"(d[kOff + 4][1]), "+f"(d[kOff + 4][2]), "+f"(d[kOff + 4][3]),                            \
+  "+f"(d[kOff + 5][0]), "+f"(d[kOff + 5][1]), "+f"(d[kOff + 5][2]), "+f"(d[kOff + 5][3]),                            \
+  "+f"(d[kOff + 6][0]), "+f"(d[kOff + 6][1]), "+f"(d[kOff + 6][2]), "+f"(d[kOff + 6][3]),                            \
+  "+f"(d[kOff + 7][0]), "+f"(d[kOff + 7][1]), "+f"(d[kOff + 7][2]), "+f"(d[kOff + 7][3])
 #define PATHATTN_WGMMA_M64N64K16_RS(TY)                                                                              \
-  template <int kTransB>                                                                                             \
-  __device__ __forceinline__ void wgmma_m64n64k16_rs(float(&d)[8][4], const uint32_t(&a)[4], uint64_t desc_b,        \
+  template <int kTransB, int kOff = 0, int NT>                                                                       \
+  __device__ __forceinline__ void wgmma_m64n64k16_rs(float(&d)[NT][4], const uint32_t(&a)[4], uint64_t desc_b,       \
                                                      int accumulate, TY##_tag) {                                     \
+    static_assert(kOff + 8 <= NT, "the accumulator holds 8 column blocks from kOff");                               \
     asm volatile(                                                                                                    \
         "{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"                                                                 \
         "wgmma.mma_async.sync.aligned.m64n64k16.f32." #TY "." #TY " "                                                \

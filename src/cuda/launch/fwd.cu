@@ -3,8 +3,13 @@
 // query heads of one kv head on one chunk, then the next chunk of the schedule `order` (api.cu: a sequence's
 // chunks from the last to the first), so resident CTAs share key chunks in L2 and the grid ends on short work.
 //
-// D = 64 runs the warpgroup (wgmma) kernel, kernels/fwd_wgmma.cuh; D = 128 the mma.sync kernel, kernels/fwd.cuh
-// (its running query and output do not fit a warpgroup's registers next to a 64 x 128 tile yet).
+// D = 64 runs the warpgroup (wgmma) kernel, kernels/fwd_wgmma.cuh; D = 128 the mma.sync kernel, kernels/fwd.cuh,
+// unless PATHATTN_FWD128=wgmma: the wgmma kernel's D = 128 instance (one CTA per SM, 152 KB of tiles) is written
+// and compiled but has not run on a GPU yet, so it is opt-in until the GPU tests pass with it (tools/gpu_check.sh
+// runs them both ways).
+#include <cstdlib>
+#include <string>
+
 #include "cuda/check.h"
 #include "cuda/kernels/fwd.cuh"
 #include "cuda/kernels/fwd_wgmma.cuh"
@@ -13,19 +18,36 @@
 
 namespace pathattn::cuda {
 
+bool fwd128_wgmma() {
+  static const bool on = [] {
+    const char* e = std::getenv("PATHATTN_FWD128");
+    return e && std::string(e) == "wgmma";
+  }();
+  return on;
+}
+
+template <typename T, int D, bool kGate>
+void launch_fwd_wgmma(const FwdParams& p, cudaStream_t stream) {
+  const int64_t blocks = static_cast<int64_t>(p.num_chunks) * p.HQ;
+  // 64 x 64 boxes: K^ [NC H C, D], E [NC H D, D] (D = 64: E has C rows too), v [B, T, H, D].
+  const int64_t krows = static_cast<int64_t>(p.num_chunks) * p.H * kChunk, erows = krows / kChunk * D;
+  const CUtensorMap tm_k = tensor_map_2d(p.ws.khat, krows, D, D, 64, 64, "the K^ workspace");
+  const CUtensorMap tm_e = tensor_map_2d(p.ws.step, erows, D, D, 64, 64, "the E workspace");
+  const CUtensorMap tm_v = tensor_map_bthd(p.v, p.B, p.T, p.H, D, p.sv.b, p.sv.t, p.sv.h, 64, 64, "v");
+  constexpr int wg_bytes = FwdWgSmem<D>::kBytes;
+  CUDA_CHECK(cudaFuncSetAttribute(fwd_wgmma_kernel<T, D, kGate>, cudaFuncAttributeMaxDynamicSharedMemorySize, wg_bytes));
+  fwd_wgmma_kernel<T, D, kGate><<<static_cast<unsigned>(blocks), 128, wg_bytes, stream>>>(p, tm_k, tm_e, tm_v);
+  CUDA_CHECK_LAUNCH("fwd_wgmma_kernel");
+}
+
 template <typename T, int D, bool kGate>
 void launch_fwd(const FwdParams& p, cudaStream_t stream) {
-  const int64_t blocks = static_cast<int64_t>(p.num_chunks) * p.HQ;
   if constexpr (D == 64) {
-    const int64_t rows = static_cast<int64_t>(p.num_chunks) * p.H * kChunk;  // D = 64: E has C rows too
-    const CUtensorMap tm_k = tensor_map_2d(p.ws.khat, rows, 64, 64, 64, 64, "the K^ workspace");
-    const CUtensorMap tm_e = tensor_map_2d(p.ws.step, rows, 64, 64, 64, 64, "the E workspace");
-    const CUtensorMap tm_v = tensor_map_bthd(p.v, p.B, p.T, p.H, 64, p.sv.b, p.sv.t, p.sv.h, 64, 64, "v");
-    constexpr int wg_bytes = FwdWgSmem::kBytes;
-    CUDA_CHECK(cudaFuncSetAttribute(fwd_wgmma_kernel<T, kGate>, cudaFuncAttributeMaxDynamicSharedMemorySize, wg_bytes));
-    fwd_wgmma_kernel<T, kGate><<<static_cast<unsigned>(blocks), 128, wg_bytes, stream>>>(p, tm_k, tm_e, tm_v);
-    CUDA_CHECK_LAUNCH("fwd_wgmma_kernel");
+    launch_fwd_wgmma<T, D, kGate>(p, stream);
+  } else if (fwd128_wgmma()) {
+    launch_fwd_wgmma<T, D, kGate>(p, stream);
   } else {
+    const int64_t blocks = static_cast<int64_t>(p.num_chunks) * p.HQ;
     constexpr int bytes = FwdSmem<D>::kBytes;
     CUDA_CHECK(cudaFuncSetAttribute(fwd_kernel<T, D, kGate>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     fwd_kernel<T, D, kGate><<<static_cast<unsigned>(blocks), 128, bytes, stream>>>(p);
