@@ -16,17 +16,25 @@ using torch_ops::to_opt;
 using torch_ops::to_opt_scale;
 
 DecodeState DecodeState::empty(int64_t B, int64_t Tmax, int64_t H, int64_t HQ, int64_t D, int64_t DV, bool gated,
-                               torch::Device device) {
+                               torch::Device device, int64_t checkpoint) {
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
   DecodeState s;
   s.k = torch::zeros({B, Tmax, H, D}, f32);
   s.v = torch::zeros({B, Tmax, H, DV}, f32);
   if (gated) s.gcum = torch::zeros({B, Tmax, HQ}, f32.dtype(torch::kFloat64));
   s.lengths = torch::zeros({B}, f32.dtype(torch::kInt32));
+  TORCH_CHECK(checkpoint >= 0, "pathattn: DecodeState: checkpoint (the refresh period) must be >= 0 (0: the plain "
+              "cache), got ", checkpoint);
+  if (checkpoint > 0) {
+    s.ckpt = torch::zeros({B}, f32.dtype(torch::kInt32));
+    s.carry = torch::eye(D, f32).expand({B, H, D, D}).contiguous();  // nothing pending
+    s.period = checkpoint;
+  }
   return s;
 }
 
-DecodeState DecodeState::from_prefill(const Tensor& kcache, const Tensor& v, const Tensor& g, int64_t Tmax) {
+DecodeState DecodeState::from_prefill(const Tensor& kcache, const Tensor& v, const Tensor& g, int64_t Tmax,
+                                      int64_t checkpoint) {
   TORCH_CHECK(kcache.defined() && v.defined(), "pathattn: from_prefill: kcache and v are required");
   TORCH_CHECK(kcache.dim() == 4 && v.dim() == 4, "pathattn: from_prefill: kcache [B, T, H, D] and v [B, T, H, DV] "
               "expected, got ", kcache.sizes(), " and ", v.sizes());
@@ -42,11 +50,12 @@ DecodeState DecodeState::from_prefill(const Tensor& kcache, const Tensor& v, con
   TORCH_CHECK(!g.defined() || g.device() == kcache.device(), "pathattn: from_prefill: g must be on kcache's device (",
               kcache.device(), "), got ", g.device());
   DecodeState s = empty(B, Tmax, kcache.size(2), g.defined() ? g.size(2) : 1, kcache.size(3), v.size(3), g.defined(),
-                        kcache.device());
+                        kcache.device(), checkpoint);
   s.k.narrow(1, 0, T).copy_(kcache);  // a bfloat16 kcache (the CUDA prefill's) widens exactly to f32
   s.v.narrow(1, 0, T).copy_(v);
   if (g.defined()) s.gcum.narrow(1, 0, T).copy_(g.to(torch::kFloat64).cumsum(1));  // G_t, docs/spec.md §6: in f64
   s.lengths.fill_(static_cast<int32_t>(T));
+  if (s.ckpt.defined()) s.ckpt.fill_(static_cast<int32_t>(T));  // the prefill's keys: carried to the checkpoint
   return s;
 }
 
@@ -78,7 +87,8 @@ DecodeOutput decode(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   TORCH_CHECK(state.k.defined() && state.v.defined() && state.lengths.defined(),
               "pathattn: decode: the DecodeState is empty (use DecodeState::empty or from_prefill)");
   auto [o, lse] = torch_ops::call_decode(q, k, v, w, beta, to_opt(g), to_opt_scale(scale), state.k, state.v,
-                                         to_opt(state.gcum), state.lengths);
+                                         to_opt(state.gcum), state.lengths, to_opt(state.ckpt), to_opt(state.carry),
+                                         state.period);
   return {o, lse};
 }
 

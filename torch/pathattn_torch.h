@@ -44,15 +44,20 @@ struct DecodeState {
   torch::Tensor gcum;     // [B, Tmax, HQ] f64     cumulative log gates; undefined without a gate
   torch::Tensor lengths;  // [B] int32             cached tokens per sequence, on the cache's device (on CUDA the
                           //                       kernels read and advance it: no host work per step)
+  // The checkpointed cache (docs/math.md Eq. 35-37; pathattn.h DecodeCache): undefined / 0 for the plain one.
+  torch::Tensor ckpt;     // [B] int32             rows [0, ckpt) carried only to the checkpoint
+  torch::Tensor carry;    // [B, H, D, D] f32      the pending tokens' product M (ignored when nothing is pending)
+  int64_t period = 0;     //                       P: the old rows are carried by M every P tokens
 
   // An empty cache with room for Tmax tokens per sequence, on `device`.
+  // checkpoint = P > 0: the checkpointed cache of that period (CPU only so far).
   static DecodeState empty(int64_t B, int64_t Tmax, int64_t H, int64_t HQ, int64_t D, int64_t DV, bool gated,
-                           torch::Device device = torch::kCPU);
+                           torch::Device device = torch::kCPU, int64_t checkpoint = 0);
   // The cache after a prefill of T tokens (path_attention_ex(..., with_kcache = true)), with room for Tmax >= T, on
   // kcache's device (v and g must be there too): kcache [B, T, H, D] (any floating dtype, e.g. the CUDA prefill's
   // bfloat16; stored as f32), v [B, T, H, DV], g [B, T, HQ] or undefined.
   static DecodeState from_prefill(const torch::Tensor& kcache, const torch::Tensor& v, const torch::Tensor& g,
-                                  int64_t Tmax);
+                                  int64_t Tmax, int64_t checkpoint = 0);
   // Room for n more tokens per sequence: Tmax doubles (or grows to fit) when the cache would overflow. It reads the
   // lengths to the host: on CUDA that synchronises with the current stream (and cannot be graph-captured); a caller
   // that knows the lengths (a model counting its tokens) calls it only when Tmax would be exceeded, and a CUDA-graph

@@ -38,6 +38,37 @@ TEST(DecodeState, PrefillThenStepsEqualTheWholeForward) {
   EXPECT_EQ(state.lengths.sum().item<int64_t>(), B * T);
 }
 
+// The same on a checkpointed state (period 8: refreshes inside the steps), beside the plain one.
+TEST(DecodeState, CheckpointedStateEqualsThePlainOne) {
+  torch::manual_seed(32);
+  const int64_t B = 2, T0 = 20, H = 2, HQ = 4, D = 16, DV = 8, T = 50;
+  Tensor q = torch::randn({B, T, HQ, D}), k = torch::randn({B, T, H, D}), v = torch::randn({B, T, H, DV});
+  Tensor w = torch::nn::functional::normalize(torch::randn({B, T, H, D}),
+                                              torch::nn::functional::NormalizeFuncOptions().dim(-1));
+  Tensor beta = 2 * torch::rand({B, T, H}), g = -torch::rand({B, T, HQ});
+  auto rows = [](const Tensor& x, int64_t t0, int64_t n) { return x.narrow(1, t0, n); };
+  const auto pre = pathattn::path_attention_ex(rows(q, 0, T0), rows(k, 0, T0), rows(v, 0, T0), rows(w, 0, T0),
+                                               rows(beta, 0, T0), rows(g, 0, T0), std::nullopt, std::nullopt, true);
+  pathattn::DecodeState plain = pathattn::DecodeState::from_prefill(pre.kcache, rows(v, 0, T0), rows(g, 0, T0), T);
+  pathattn::DecodeState ck = pathattn::DecodeState::from_prefill(pre.kcache, rows(v, 0, T0), rows(g, 0, T0), T, 8);
+  ASSERT_TRUE(ck.ckpt.defined() && ck.period == 8 && (ck.carry.sizes().vec() == std::vector<int64_t>{B, H, D, D}));
+  EXPECT_EQ(ck.ckpt.sum().item<int64_t>(), B * T0);
+  int64_t t = T0;
+  for (int64_t s : {1, 1, 5, 1, 13, 9}) {
+    const Tensor o_plain = pathattn::decode(rows(q, t, s), rows(k, t, s), rows(v, t, s), rows(w, t, s),
+                                            rows(beta, t, s), plain, rows(g, t, s)).o;
+    const Tensor o = pathattn::decode(rows(q, t, s), rows(k, t, s), rows(v, t, s), rows(w, t, s), rows(beta, t, s),
+                                      ck, rows(g, t, s)).o;
+    const double err = (o - o_plain).abs().max().item<double>() / o_plain.abs().max().item<double>();
+    EXPECT_LE(err, pathattn::test::tol::kF32VsF64) << "step at t = " << t;
+    t += s;
+  }
+  EXPECT_EQ(t, T);
+  const Tensor pending = ck.lengths - ck.ckpt;
+  EXPECT_TRUE((pending >= 0).all().item<bool>() && (pending < 8).all().item<bool>()) << pending;
+  EXPECT_GT(ck.ckpt.min().item<int64_t>(), T0) << "the checkpoint should have moved";
+}
+
 TEST(DecodeState, FullCacheIsANamedError) {
   pathattn::DecodeState state = pathattn::DecodeState::empty(1, 2, 1, 1, 8, 8, false);
   Tensor q = torch::randn({1, 3, 1, 8}), w = torch::nn::functional::normalize(
