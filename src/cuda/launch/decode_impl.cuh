@@ -26,7 +26,15 @@ void launch_decode_steps(const DecodeParams& p, int S, cudaStream_t stream) {
                 : (p.cv_low ? decode_split_kernel<T, D, kG, float, T, kCkpt> : decode_split_kernel<T, D, kG, float, float, kCkpt>);
   void (*refresh)(const DecodeParams) = p.ck_bf16 ? decode_refresh_kernel<__nv_bfloat16, D> : decode_refresh_kernel<float, D>;
   constexpr int kRefreshSmem = decode_refresh_smem_bytes<D>();
-  if constexpr (kCkpt) CUDA_CHECK(cudaFuncSetAttribute(refresh, cudaFuncAttributeMaxDynamicSharedMemorySize, kRefreshSmem));
+  if constexpr (kCkpt) {
+    // Once per instance, on the first (eager) call: a CUDA-graph capture of a later step must not meet it.
+    static const bool sized = [&] {
+      for (auto* f : {decode_refresh_kernel<__nv_bfloat16, D>, decode_refresh_kernel<float, D>})
+        CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kRefreshSmem));
+      return true;
+    }();
+    (void)sized;
+  }
   for (int s = 0; s < S; ++s) {
     prm.step = s;
     if constexpr (kCkpt) {
