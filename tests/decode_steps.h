@@ -47,6 +47,26 @@ struct DecodeState {
   }
 };
 
+// A checkpointed cache's keys as the plain cache holds them (docs/math.md Eq. 36): for each sequence with tokens
+// pending (lengths[b] > ckpt[b]), rows [0, ckpt[b]) of k [B, Tmax, H, D] carried by carry [B, H, D, D],
+// row <- carry^T row, in f64; without pending tokens the carry is ignored. Shared by the CPU and GPU decode tests.
+inline std::vector<double> materialized_keys(std::vector<double> k, int64_t Tmax, int64_t H, int64_t D,
+                                             const std::vector<double>& ckpt, const std::vector<double>& lengths,
+                                             const std::vector<double>& carry) {
+  for (size_t b = 0; b < ckpt.size(); ++b) {
+    if (lengths[b] == ckpt[b]) continue;
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t j = 0; j < static_cast<int64_t>(ckpt[b]); ++j) {
+        double* row = &k[((b * Tmax + j) * H + h) * D];
+        std::vector<double> r(D, 0.0);
+        for (int64_t e = 0; e < D; ++e)
+          for (int64_t d = 0; d < D; ++d) r[e] += carry[((b * H + h) * D + d) * D + e] * row[d];
+        for (int64_t e = 0; e < D; ++e) row[e] = r[e];
+      }
+  }
+  return k;
+}
+
 // Decodes the whole sequence of `c` in steps of the given sizes (from `start`, with the cache already holding
 // rows [0, start)), writing each step's o and lse into the full-size buffers.
 inline void decode_in_steps(Case<float>& c, DecodeState& cache, int64_t start, const std::vector<int64_t>& steps,

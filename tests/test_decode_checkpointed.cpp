@@ -30,23 +30,10 @@ struct CheckpointState : DecodeState {
     c.ckpt_period = P;
     return c;
   }
-  // The plain cache's keys: rows [0, ckpt) carried by the pending product, row <- carry^T row (Eq. 36), in f64.
+  // The plain cache's keys (decode_steps.h).
   std::vector<double> materialized_k(const Spec& s) {
-    std::vector<double> k = this->k.to_vector();
-    const int64_t Tmax = this->k.view.sizes[1];
-    for (int64_t b = 0; b < s.B; ++b)
-      for (int64_t h = 0; h < s.H; ++h) {
-        const float* M = carry.data() + (b * s.H + h) * D * D;
-        if (lengths.data()[b] == ckpt.data()[b]) continue;  // nothing pending: carry is ignored
-        for (int64_t j = 0; j < ckpt.data()[b]; ++j) {
-          double* row = &k[((b * Tmax + j) * s.H + h) * D];
-          std::vector<double> r(D, 0.0);
-          for (int64_t e = 0; e < D; ++e)
-            for (int64_t d = 0; d < D; ++d) r[e] += M[d * D + e] * row[d];
-          for (int64_t e = 0; e < D; ++e) row[e] = r[e];
-        }
-      }
-    return k;
+    return materialized_keys(k.to_vector(), k.view.sizes[1], s.H, D, ckpt.to_vector(), lengths.to_vector(),
+                             carry.to_vector());
   }
 };
 

@@ -455,14 +455,20 @@ def cmd_plan(args):
     return 0
 
 
+def built_program(args, name):
+    """The model program `name` in the --build tree, or exit saying how to build it."""
+    path = os.path.join(args.build, "model", name)
+    if not os.access(path, os.X_OK):
+        raise SystemExit(f"--build: {path} not found (make -C {args.build} {name})")
+    return path
+
+
 # ---- measure ----
 
 def cmd_measure(args):
     cells = make_grid(args)
     check_device(cells, args.device)
-    bench = os.path.join(args.build, "model", "bench_step")
-    if not os.access(bench, os.X_OK):
-        raise SystemExit(f"--build: {bench} not found (make -C {args.build} bench_step)")
+    bench = built_program(args, "bench_step")
     shapes = {}
     for c in cells:
         shapes.setdefault(shape_key(c), (c, set()))[1].add(c.mechanism)
@@ -559,9 +565,7 @@ def copy_results(cell, folder, results):
 def cmd_run(args):
     cells = make_grid(args)
     check_device(cells, args.device)
-    train = os.path.join(args.build, "model", "pathattn_train")
-    if not os.access(train, os.X_OK):
-        raise SystemExit(f"--build: {train} not found (make -C {args.build} pathattn_train)")
+    train = built_program(args, "pathattn_train")
     results = args.results or args.runs
     dirs = [args.runs] + (args.also_done or []) + ([results] if results != args.runs else [])
     os.makedirs(args.runs, exist_ok=True)

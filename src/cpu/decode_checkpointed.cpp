@@ -27,6 +27,10 @@ RowView rows_of(const TensorView& t, int64_t b, int64_t head) {
   return {static_cast<float*>(t.data) + offset(t, b, 0, head), t.strides[1], t.ndim == 4 ? t.strides[3] : 1};
 }
 
+// After token t is appended: are P tokens pending since the checkpoint c (Eq. 36)? The one rule of the refresh,
+// for the carry inside decode_head and for the checkpoint the call leaves behind.
+bool refresh_due(int64_t t, int64_t c, int64_t P) { return t + 1 - c == P; }
+
 float dot(const float* x, int64_t xs, const float* y, int64_t ys, int64_t n) {
   float acc = 0.f;
   for (int64_t d = 0; d < n; ++d) acc += x[d * xs] * y[d * ys];
@@ -103,7 +107,7 @@ void decode_head(const Problem& p, const Inputs& in, const DecodeCache& cache, c
     for (int64_t d = 0; d < DV; ++d) V.row(t)[d * V.es] = Vin.row(s)[d * Vin.es];
     // P pending tokens: carry the old rows by M^T = H_t ... H_c (Eq. 36); the checkpoint moves to t + 1 (M, now
     // stale, is reset by the next token).
-    if (t + 1 - c == P) {
+    if (refresh_due(t, c, P)) {
       for (int64_t j = 0; j < c; ++j) {
         float* kj = K.row(j);
         for (int64_t e = 0; e < D; ++e) {
@@ -122,14 +126,14 @@ void decode_head(const Problem& p, const Inputs& in, const DecodeCache& cache, c
 
 void decode_checkpointed(const Problem& p, const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out) {
   if (p.T > 0) parallel_for(p.B * p.H, [&](int64_t i) { decode_head(p, in, cache, out, i / p.H, i % p.H); });
-  // Every head of a sequence moved its checkpoint at the same tokens (t + 1 - c == P): the same rule here.
+  // Every head of a sequence moved its checkpoint at the same tokens: the same rule here.
   int32_t* len = static_cast<int32_t*>(cache.lengths.data);
   int32_t* ck = static_cast<int32_t*>(cache.ckpt.data);
   for (int64_t b = 0; b < p.B; ++b) {
     int64_t c = ck[b * cache.ckpt.strides[0]];
     const int64_t L0 = len[b * cache.lengths.strides[0]];
     for (int64_t t = L0; t < L0 + p.T; ++t)
-      if (t + 1 - c == cache.ckpt_period) c = t + 1;
+      if (refresh_due(t, c, cache.ckpt_period)) c = t + 1;
     ck[b * cache.ckpt.strides[0]] = static_cast<int32_t>(c);
     len[b * cache.lengths.strides[0]] = static_cast<int32_t>(L0 + p.T);
   }

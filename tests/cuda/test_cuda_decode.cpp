@@ -257,29 +257,14 @@ TEST_P(CudaDecode, MatchesCpuDecodeAndReference) {
   const std::vector<double> gk = download_cache(dk, kdt), gv = download_cache(dv, vdt);
   const std::vector<double> gg = dc.gcum_f64 ? download<double>(dg) : download<float>(dg);
   const std::vector<double> glen = download<int32_t>(dlen);
-  // The checkpointed cache's keys as the plain cache holds them: rows [0, ckpt) carried by the pending product,
-  // row <- carry^T row (Eq. 36), when something is pending.
-  auto materialized = [&](std::vector<double> k, const std::vector<double>& ckpt, const std::vector<double>& carry) {
-    for (int64_t b = 0; dc.period && b < B; ++b) {
-      if (ckpt[b] == dc.prompt[b] + N) continue;  // nothing pending: the carry is ignored
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t j = 0; j < static_cast<int64_t>(ckpt[b]); ++j) {
-          double* row = &k[((b * Tmax + j) * H + h) * D];
-          std::vector<double> r(D, 0.0);
-          for (int64_t e = 0; e < D; ++e)
-            for (int64_t d = 0; d < D; ++d) r[e] += carry[((b * H + h) * D + d) * D + e] * row[d];
-          for (int64_t e = 0; e < D; ++e) row[e] = r[e];
-        }
-    }
-    return k;
-  };
   std::vector<double> gckpt, gcarry;
   if (dc.period) {
     gckpt = download<int32_t>(dckpt);
     gcarry = download<float>(dcarry);
     for (int64_t b = 0; b < B; ++b) EXPECT_EQ(gckpt[b], cckpt.data()[b]) << "ckpt[" << b << "] vs the CPU's";
   }
-  const std::vector<double> gk_plain = dc.period ? materialized(gk, gckpt, gcarry) : gk;
+  // The checkpointed cache's keys as the plain cache holds them (decode_steps.h), for (b) below.
+  const std::vector<double> gk_plain = dc.period ? materialized_keys(gk, Tmax, H, D, gckpt, glen, gcarry) : gk;
 
   // The cache's rows [0, T_b) of every sequence; rows past them must still be NaN (never written).
   auto valid_rows = [&](const std::vector<double>& x, int64_t width, bool device) {

@@ -97,6 +97,12 @@ __device__ __forceinline__ void store_gcum(const DecodeParams& p, int64_t off, d
     static_cast<float*>(p.cg)[off] = static_cast<float>(x);
 }
 
+// lengths[b] before the call, as every step's kernels read it: lengths itself at step 0 (no kernel has advanced it
+// yet), later the snapshot step 0's split kernel saved (the combine kernel advances lengths at every step).
+__device__ __forceinline__ int64_t decode_len_before(const DecodeParams& p, int b) {
+  return p.step == 0 ? static_cast<int64_t>(p.lengths[b * p.slen]) : static_cast<int64_t>(p.len_snap[b]);
+}
+
 // kG: query heads per pass (a power of two >= the group, at most 8; larger groups take group / 8 passes, the
 // later ones reading back the rows the first pass carried and wrote: each thread rereads only its own writes).
 // KC, VC: the cache's key and value types (KC float or bf16: p.ck_bf16; VC float or T: p.cv_low). kCkpt: the
@@ -120,13 +126,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const D
 
   // The cached rows: lengths[b] at step 0 (saved for the later steps and the combine kernel, since lengths itself
   // may only change once every block has read it), the saved value plus the step after.
-  int64_t before;
-  if (t == 0) {
-    before = p.lengths[b * p.slen];
-    if (h == 0 && split == 0 && threadIdx.x == 0) p.len_snap[b] = static_cast<int32_t>(before);
-  } else {
-    before = p.len_snap[b];
-  }
+  const int64_t before = decode_len_before(p, b);
+  if (t == 0 && h == 0 && split == 0 && threadIdx.x == 0) p.len_snap[b] = static_cast<int32_t>(before);
   if (before < 0 || before + p.S > p.Tmax) return;  // the call does not fit: the combine kernel writes NaN
   const int L0 = static_cast<int>(before) + t;
   int ckpt = 0;  // rows [0, ckpt) are old (the checkpointed cache's; none in the plain cache)

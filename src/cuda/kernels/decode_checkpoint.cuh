@@ -18,6 +18,7 @@
 
 #include "cuda/decode_params.h"
 #include "cuda/kernels/common.cuh"
+#include "cuda/kernels/decode.cuh"  // decode_len_before
 
 namespace pathattn::cuda {
 
@@ -32,12 +33,6 @@ __device__ __forceinline__ KC cache_from_f32(float x) {
     return x;
   else
     return __float2bfloat16_rn(x);
-}
-
-// lengths[b] before the call, as decode_split_kernel reads it (step 0: lengths itself, which no kernel has advanced
-// yet; later steps: the snapshot step 0's split kernel saved).
-__device__ __forceinline__ int64_t decode_len_before(const DecodeParams& p, int b) {
-  return p.step == 0 ? static_cast<int64_t>(p.lengths[b * p.slen]) : static_cast<int64_t>(p.len_snap[b]);
 }
 
 template <typename T, int D>
