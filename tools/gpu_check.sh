@@ -20,8 +20,8 @@
 #          (a ~100M-parameter PaTH vs RoPE training step); SKIP_TRAIN_BENCH=1 stops after the tests; PYTEST_ARGS
 #          picks the tests (default tests/python); DECODE_BENCH=1 also runs bench/cuda/bench_decode.py (ours, fla,
 #          SDPA decode steps), DECODE_DRIFT=1 bench/cuda/decode_drift.py (f32 vs bf16 cache over 10,000 steps)
-#   fwd128: the D = 128 forward on wgmma (PATHATTN_FWD128=wgmma, opt-in until this passes): test_cuda_forward with
-#          it, memcheck + racecheck on its D = 128 cases, bench_fwd --only 128 with the mma.sync kernel and with it
+#   fwd128: the D = 128 forward (wgmma, the default): test_cuda_forward, memcheck on its D = 128 cases, racecheck on
+#          a few small ones, bench_fwd --only 128 with the older mma.sync kernel (PATHATTN_FWD128=mma) and the default
 #   model: only the model's bench_step
 #   model: the C++ model's training-step benchmark (bench_step: PaTH on our CUDA op vs RoPE on SDPA, bf16,
 #          98M parameters, T 4096, batch 8), built against the machine's torch in build-gpu-torch
@@ -154,25 +154,26 @@ if [ "$MODE" = decode ]; then
   timeout 300 build-gpu/bench/cuda/bench_decode_cuda > "$OUT/bench_decode.log" 2>&1
   note "bench_decode_cuda: rc=$? ($(( $(date +%s) - t0 )) s)"
   tee -a "$SUMMARY" < "$OUT/bench_decode.log"
-  # The checkpointed cache (its CUDA kernels are opt-in until this has run: the bench sets the switch itself).
+  # The checkpointed cache (docs/cuda.md "Decode").
   t0=$(date +%s)
   timeout 300 build-gpu/bench/cuda/bench_decode_cuda --ckpt ${DECODE_CKPT_PERIOD:-64} > "$OUT/bench_decode_ckpt.log" 2>&1
   note "bench_decode_cuda --ckpt: rc=$? ($(( $(date +%s) - t0 )) s)"
   tee -a "$SUMMARY" < "$OUT/bench_decode_ckpt.log"
 fi
 if [ "$MODE" = fwd128 ]; then
-  # The D = 128 forward on wgmma (opt-in PATHATTN_FWD128=wgmma until this passes): the forward tests with it (all of
-  # them: D = 64 takes the same kernel either way), the sanitizers on small D = 128 cases, then bench_fwd at D = 128
-  # with the mma.sync kernel and with it, in one run.
+  # The D = 128 forward on wgmma: the forward tests (all of them), memcheck on the D = 128 cases, racecheck on a few
+  # small ones (all D = 128 cases take racecheck over 300 s), then bench_fwd at D = 128 with the mma.sync kernel and
+  # the default, in one run.
   t0=$(date +%s)
-  PATHATTN_FWD128=wgmma timeout 400 build-gpu/tests/cuda/test_cuda_forward > "$OUT/tests_fwd128.log" 2>&1
-  note "test_cuda_forward, PATHATTN_FWD128=wgmma: rc=$?, $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/tests_fwd128.log" | tr '\n' ' ')($(( $(date +%s) - t0 )) s)"
+  timeout 400 build-gpu/tests/cuda/test_cuda_forward > "$OUT/tests_fwd128.log" 2>&1
+  note "test_cuda_forward: rc=$?, $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/tests_fwd128.log" | tr '\n' ' ')($(( $(date +%s) - t0 )) s)"
   grep -E '^\[  FAILED  \]' "$OUT/tests_fwd128.log" | head -20 | tee -a "$SUMMARY"
   for tool in memcheck racecheck; do
+    filter='*D128*'; [ $tool = racecheck ] && filter='*T65_H2_HQ2_D128*:*T65_H1_HQ4_D128*gate*:*T331_H2_HQ4_D128*varlen7*'
     t0=$(date +%s)
-    PATHATTN_FWD128=wgmma timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/cuda/test_cuda_forward \
-      --gtest_filter='*D128*' > "$OUT/sanitizer_fwd128_$tool.log" 2>&1
-    note "compute-sanitizer $tool (D 128 wgmma): rc=$?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_fwd128_$tool.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/cuda/test_cuda_forward \
+      --gtest_filter="$filter" > "$OUT/sanitizer_fwd128_$tool.log" 2>&1
+    note "compute-sanitizer $tool (D 128): rc=$?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_fwd128_$tool.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
   done
   for k in mma wgmma; do
     PATHATTN_FWD128=$k timeout 200 build-gpu/bench/cuda/bench_fwd --only 128 > "$OUT/bench_fwd128_$k.log" 2>&1

@@ -10,7 +10,7 @@
 //                    Tensor(e!)? cache_ckpt=None, Tensor(f!)? cache_carry=None, int ckpt_period=0)
 //                 -> (Tensor o, Tensor lse)          (the cache tensors are updated in place; CPU float32, or
 //                                                     CUDA bf16/f16 q, k, v with the cache and lengths on q's device;
-//                                                     the last three: the checkpointed cache, CPU; CUDA opt-in)
+//                                                     the last three: the checkpointed cache, CPU and CUDA)
 // Absent outputs (kcache when not asked for, dg without a gate) are empty tensors of shape [0]: an op's
 // Tensor result cannot be None.
 #pragma once

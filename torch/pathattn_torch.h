@@ -50,7 +50,7 @@ struct DecodeState {
   int64_t period = 0;     //                       P: the old rows are carried by M every P tokens
 
   // An empty cache with room for Tmax tokens per sequence, on `device`.
-  // checkpoint = P > 0: the checkpointed cache of that period (CPU; CUDA opt-in, docs/cuda.md).
+  // checkpoint = P > 0: the checkpointed cache of that period (CPU and CUDA, docs/cuda.md).
   static DecodeState empty(int64_t B, int64_t Tmax, int64_t H, int64_t HQ, int64_t D, int64_t DV, bool gated,
                            torch::Device device = torch::kCPU, int64_t checkpoint = 0);
   // The cache after a prefill of T tokens (path_attention_ex(..., with_kcache = true)), with room for Tmax >= T, on

@@ -11,7 +11,7 @@
 // Shapes: L in {4k, 16k, 64k, 128k} x B in {1, 8, 64} x D in {64, 128}, H = 8 kv heads, HQ = 32 (GQA 4:1), no gate
 // (--gate adds it); a shape whose cache exceeds --max-gb is skipped.
 //
-// --ckpt P: the checkpointed cache (docs/math.md Eq. 35-37; opt-in PATHATTN_CUDA_CHECKPOINTED=1, set here) with its
+// --ckpt P: the checkpointed cache (docs/math.md Eq. 35-37) with its
 // checkpoint at L: old rows only read (B L H D x 8 bytes), the pending ones carried, one refresh every P steps
 // (B L H D x 8 more); the graph column is then the mean over the replays (refresh steps included), and the bytes
 // B L H D (8 + 8 / P).
@@ -179,7 +179,6 @@ int main(int argc, char** argv) {
     int32_t* ckpt = nullptr;
     float* carry = nullptr;
     if (ckpt_period) {
-      setenv("PATHATTN_CUDA_CHECKPOINTED", "1", 1);
       CHECK(cudaMalloc(&ckpt, B * 4));
       CHECK(cudaMalloc(&carry, B * H * D * D * 4));
       CHECK(cudaMemcpy(ckpt, hlen.data(), B * 4, cudaMemcpyHostToDevice));  // the checkpoint at L, nothing pending

@@ -165,8 +165,7 @@ struct DecodeCache {
   // is carried back instead by the product of the pending tokens' factors, carry = H_ckpt ... H_{lengths - 1},
   // kept up to date (one D x D update per token). Rows [ckpt[b], lengths[b]) are carried to the last token as in
   // the plain cache. When ckpt_period tokens are pending, the old rows are carried by the product at once and
-  // ckpt[b] becomes lengths[b]: one rewrite of the old rows per ckpt_period tokens. CPU; on CUDA opt-in
-  // (PATHATTN_CUDA_CHECKPOINTED=1) until its kernels have run on a GPU.
+  // ckpt[b] becomes lengths[b]: one rewrite of the old rows per ckpt_period tokens. CPU and CUDA.
   TensorView ckpt;             // [B] int32, with lengths: 0 <= lengths[b] - ckpt[b] < ckpt_period
   TensorView carry;            // [B, H, D, D] f32, carry[b, h, d, e] = (H_ckpt ... H_{lengths-1})_{de} while
                                // lengths[b] > ckpt[b]; ignored (taken as the identity) when nothing is pending

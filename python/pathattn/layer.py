@@ -17,7 +17,7 @@ class PaTHLayerCache:
     conv_size - 1 inputs of the w short convolution, both on the layer's device. Empty until the first call (the
     prefill) fills it. len() is the number of cached tokens, counted on the host (every sequence of the batch
     advances together), so a CUDA decoding step reads nothing back from the device. checkpoint=P keeps the key
-    cache checkpointed (DecodeCache(checkpoint=P): old keys rewritten once per P tokens; CPU, CUDA opt-in: docs/cuda.md)."""
+    cache checkpointed (DecodeCache(checkpoint=P): old keys rewritten once per P tokens; CPU and CUDA: docs/cuda.md)."""
 
     def __init__(self, checkpoint: Optional[int] = None):
         self.kv: Optional[DecodeCache] = None

@@ -81,7 +81,7 @@ class DecodeCache:
     bfloat16 (half the key traffic, but rounded at every step's carry: docs/cuda.md "Decode" measures the drift)
     and v_dtype the tokens' v dtype (exact: values are never carried).
 
-    checkpoint=P (CPU; on CUDA opt-in, docs/cuda.md) makes it the checkpointed cache of docs/spec.md §4: rows before ckpt [B] are
+    checkpoint=P (CPU and CUDA, docs/cuda.md) makes it the checkpointed cache of docs/spec.md §4: rows before ckpt [B] are
     carried only to the checkpoint and not rewritten per token, the queries are carried back by the product of the
     pending tokens' factors, carry [B, H, D, D] (ignored when nothing is pending), and every P tokens the old
     rows are carried by it at once (docs/math.md Eq. 35-37). Same results as the plain cache to rounding; its keys

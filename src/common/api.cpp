@@ -152,11 +152,6 @@ namespace {
 void check_checkpoint(const Problem& p, const DecodeCache& cache, int64_t Tmax) {
   if (!cache.ckpt.defined() || !cache.carry.defined())
     throw Error("pathattn: a checkpointed cache needs both cache.ckpt and cache.carry");
-  // The CUDA kernels (kernels/decode_checkpoint.cuh) have not run on a GPU yet: opt-in until they have.
-  const char* cuda_opt_in = std::getenv("PATHATTN_CUDA_CHECKPOINTED");
-  if (p.device != Device::cpu && !(cuda_opt_in && std::string(cuda_opt_in) == "1"))
-    throw Error("pathattn: the checkpointed cache (cache.ckpt given) runs on the CPU only so far; use the plain "
-                "cache on CUDA (PATHATTN_CUDA_CHECKPOINTED=1 enables its CUDA kernels, not yet run on a GPU)");
   const int64_t P = cache.ckpt_period;
   if (P < 1) throw Error("pathattn: cache.ckpt_period must be >= 1 with a checkpointed cache, got " + std::to_string(P));
   const TensorView& c = cache.ckpt;

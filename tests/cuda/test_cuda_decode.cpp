@@ -220,7 +220,6 @@ TEST_P(CudaDecode, MatchesCpuDecodeAndReference) {
   Buffer<int32_t> cckpt({B}, DType::i32);
   Buffer<float> ccarry({B, H, D, D}, DType::f32);
   if (dc.period) {
-    setenv("PATHATTN_CUDA_CHECKPOINTED", "1", 1);  // the opt-in while the CUDA kernels are new
     ccarry.fill_from(zeros_carry);
     for (int64_t b = 0; b < B; ++b) cckpt.data()[b] = static_cast<int32_t>(dc.prompt[b]);
     dcache.ckpt = dckpt.view;

@@ -138,6 +138,42 @@ def test_s_tokens_at_once_equal_one_by_one(device, gate):
             torch.testing.assert_close(a, b, rtol=F32_VS_REFERENCE_RTOL, atol=F32_VS_REFERENCE_ATOL, msg=name)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("gate", [False, True])
+@pytest.mark.parametrize("period", [1, 5, 16])
+def test_checkpointed_cache_equals_the_plain_one(device, gate, period):
+    """The checkpointed cache (docs/math.md Eq. 35-37) through the op: the same outputs as the plain cache over steps
+    of 1 and several tokens that cross refreshes, and its keys carried over the pending factors (materialized_k) are
+    the plain cache's. On CUDA (kernels/decode_checkpoint.cuh) the two differ by f32 rounding in the order of the
+    carries, well inside the rule that both meet against the f64 recurrence."""
+    B, T0, steps, H, HQ = 2, 70, [1, 5, 1, 17, 1, 1, 3, 1], 2, 4
+    T = T0 + sum(steps)
+    x = exact_inputs(B, T, H, HQ, gate, seed=44)
+    xd = on_device(x, device)
+    _, _, kcache = pathattn.prefill(**rows(xd, 0, T0))
+    g0 = xd["g"][:, :T0] if gate else None
+    plain = pathattn.DecodeCache.from_prefill(kcache, xd["v"][:, :T0], g0, Tmax=T)
+    ck = pathattn.DecodeCache.from_prefill(kcache, xd["v"][:, :T0], g0, Tmax=T, checkpoint=period)
+    got, want, t = [], [], T0
+    for s in steps:
+        got.append(pathattn.decode(**rows(xd, t, t + s), cache=ck))
+        want.append(pathattn.decode(**rows(xd, t, t + s), cache=plain))
+        t += s
+        assert all(0 <= t - c < period for c in ck.ckpt.tolist()), (ck.ckpt.tolist(), t, period)
+    got, want = torch.cat(got, 1), torch.cat(want, 1)
+    assert ck.lengths.tolist() == [T] * B
+    if device == "cpu":
+        torch.testing.assert_close(got, want, rtol=F32_VS_REFERENCE_RTOL, atol=F32_VS_REFERENCE_ATOL)
+        torch.testing.assert_close(ck.materialized_k(), plain.k, rtol=F32_VS_REFERENCE_RTOL, atol=F32_VS_REFERENCE_ATOL)
+        return
+    o_ref = pathattn.path_attention(**x)[:, T0:]  # f64: the reference backend
+    o_plain, _ = reference(**{n: (t.to(torch.bfloat16) if t is not None else None) for n, t in x.items()})
+    bound = LOW_PRECISION_FACTOR * max_err(o_plain[:, T0:], o_ref) + LOW_PRECISION_ATOL
+    assert max_err(got, o_ref) <= bound, (max_err(got, o_ref), bound)
+    assert max_err(want, o_ref) <= bound, (max_err(want, o_ref), bound)
+    assert rel_l2(ck.materialized_k(), plain.k) <= CUDA_DECODE_VS_CPU_RTOL
+
+
 LAYER_CONFIGS = {
     "path": dict(),
     "fox_gqa": dict(num_kv_heads=2, use_forget_gate=True),
@@ -228,8 +264,9 @@ def test_mismatched_devices_and_dtypes_are_named_errors():
     f16_values = pathattn.DecodeCache(1, 8, 1, D, device="cuda", v_dtype=torch.float16)  # x's v is bfloat16
     with pytest.raises(RuntimeError, match=r"cache.v must have dtype float32 or v's dtype \(bfloat16\), got float16"):
         pathattn.decode(**x, cache=f16_values)
-    checkpointed = pathattn.DecodeCache(1, 8, 1, D, device="cuda", checkpoint=64)
-    with pytest.raises(RuntimeError, match=r"the checkpointed cache \(cache.ckpt given\) runs on the CPU only so far"):
-        pathattn.decode(**x, cache=checkpointed)
+    no_carry = pathattn.DecodeCache(1, 8, 1, D, device="cuda", checkpoint=64)
+    no_carry.carry = no_carry.carry.cpu()
+    with pytest.raises(RuntimeError, match=r"cache.carry"):
+        pathattn.decode(**x, cache=no_carry)
     # refused calls change nothing
     assert cache.lengths.tolist() == [0] and f16_keys.lengths.tolist() == [0] and f16_values.lengths.tolist() == [0]

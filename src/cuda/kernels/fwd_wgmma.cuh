@@ -1,5 +1,5 @@
-// The main forward kernel on Hopper's warpgroup tensor cores (wgmma, sm_90a): D = 64 (the default there) and D = 128
-// (opt-in PATHATTN_FWD128=wgmma until it has run on a GPU: launch/fwd.cu). Same math and schedule as
+// The main forward kernel on Hopper's warpgroup tensor cores (wgmma, sm_90a): D = 64 and D = 128
+// (both the default: launch/fwd.cu). Same math and schedule as
 // fwd.cuh (docs/math.md Eq. 12, 13, 15, 32): one CTA = one warpgroup of 4 warps per (query chunk m, query head),
 // warp w owning query rows 16w..16w+15, the running query Q~ in f32 registers.
 //
