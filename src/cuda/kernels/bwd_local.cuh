@@ -4,10 +4,14 @@
 // into dW, dU (Eq. 34), and the final writes of dq, dk, dv, dw, dbeta (and dG's diagonal part).
 //
 // Everything is f32 (docs/spec.md §6: beta, w, the solve and the factors stay f32), the products on the tensor cores in
-// 3xTF32 (mm below): 256 threads, C x C matrices in shared memory, C x D ones in the CTA's f32 scratch slot (global memory, L1/L2-resident) or in the
-// workspace's accumulators, which this kernel finishes in place (dqacc -> dq, dkacc -> dk, dvacc -> dv).
-// Persistent CTAs stride over the (chunk, kv head) tasks; each CTA owns one scratch slot, so the scratch is
-// linear in the number of resident CTAs, not in T.
+// 3xTF32 (mm below): 256 threads, C x C matrices in shared memory. The C x D operands (W, b W, U, K, V and per query
+// head Q, dO, dQ^; K, V, Q, dO kept in the inputs' 16-bit type, which is exact) are in shared memory too at D = 64
+// (LocalTiles: one CTA per SM, 218 KB), in the CTA's scratch slot in global memory at D = 128 (two CTAs per SM);
+// the accumulators dU, d(bW), dW, dKcorr stay in the scratch slot, dK^, dV, dP in the workspace, which this kernel
+// finishes in place (dqacc -> dq, dkacc -> dk, dvacc -> dv). Why the operands moved (v6): with every operand in
+// the global scratch, 40% of the stalls were on L1TEX and each 64 x 64 x 64 product took ~8 us, ~10x its tensor
+// time (docs/perf/notes.md, backward v4-v5). Persistent CTAs stride over the (chunk, kv head) tasks; each CTA owns
+// one scratch slot, so the scratch is linear in the number of resident CTAs, not in T.
 //
 // It is O(T C D) work against the main kernel's O(T^2 D); docs/perf/notes.md has its measured share.
 #pragma once
@@ -35,6 +39,30 @@ static_assert(kTiles == kLocalTiles, "params.h sizes the scratch slots");
 __device__ __forceinline__ float to_f(float x) { return x; }
 __device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+// Two consecutive elements as floats (a float2 or a 16-bit pair: one 8- or 4-byte load).
+__device__ __forceinline__ float2 load_pair(const float* x) { return *reinterpret_cast<const float2*>(x); }
+__device__ __forceinline__ float2 load_pair(const __nv_bfloat16* x) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(x));
+}
+__device__ __forceinline__ float2 load_pair(const __half* x) { return __half22float2(*reinterpret_cast<const __half2*>(x)); }
+template <typename Y>
+__device__ __forceinline__ Y from_f(float x) {
+  if constexpr (std::is_same_v<Y, float>)
+    return x;
+  else
+    return TypeTraits<Y>::from_float(x);
+}
+
+// Where the C x D operand tiles live (see the top of the file): shared memory at D = 64, rows of D + 8 elements (8
+// floats or 8 16-bit values of padding: a half-warp's float2 / pair loads along k land on distinct banks, as LC
+// below); the global scratch slot at D = 128, rows of D.
+template <int D>
+struct LocalTiles {
+  static constexpr bool kInSmem = D == 64;
+  static constexpr int LD = kInSmem ? D + 8 : D;
+  // shared bytes of the operand tiles: W, bW, U, dQ^ in f32, then K, V, Q, dO in 16 bits
+  static constexpr int kBytes = kInSmem ? kChunk * LD * (4 * 4 + 4 * 2) : 0;
+};
 
 // Which operands of a product hold values exact in TF32 (staged from bf16 / f16 inputs: q, k, v, do), so that
 // 3xTF32 needs no low part for them (tf32.cuh, mma_split_a).
@@ -43,7 +71,8 @@ enum Exact { kNone = 0, kA = 1, kB = 2, kAB = 3 };
 // B[k ldb + j]). A product reads an operand whose k is contiguous with float2 loads along k.
 enum Layout { kAKBK = 3, kAK = 1, kBK = 2, kANBN = 0 };
 
-// Cm[64 x N] (+)= alpha * A B, k < K, A and B as Layout says (generic pointers: shared or global). On the tensor
+// Cm[64 x N] (+)= alpha * A B, k < K, A and B as Layout says (generic pointers: shared or global; f32 or 16-bit
+// elements, converted to f32 as they are loaded). On the tensor
 // cores in 3xTF32 (~f32 accuracy, docs/spec.md §6): warp w owns rows 16 (w % 4).. and the column half w / 4.
 // The sum over k is order-free, so inside each 8-wide k-step the fragment slots t and t + 4 take k = 2t and 2t + 1
 // whenever an operand has k contiguous: one float2 load fills both (full 32-byte sectors from global memory; v3
@@ -52,8 +81,8 @@ enum Layout { kAKBK = 3, kAK = 1, kBK = 2, kANBN = 0 };
 // product may read Cm); mm_nosync does not: for a product that the next one neither reads nor writes, so that two
 // independent products share one barrier. (v5a ran such pairs concurrently on warps 0-3 and 4-7 instead: slower,
 // docs/perf/notes.md.)
-template <int N, int K, int kExact, int kLayout>
-__device__ __forceinline__ void mm_nosync(float* Cm, int ldc, const float* A, int lda, const float* Bm, int ldb,
+template <int N, int K, int kExact, int kLayout, typename TA, typename TB>
+__device__ __forceinline__ void mm_nosync(float* Cm, int ldc, const TA* A, int lda, const TB* Bm, int ldb,
                                           float alpha, bool accumulate) {
   constexpr int NT = N / 16;                    // n tiles of 8 per warp
   constexpr int KB = NT >= 8 ? 2 : 4;           // k-steps per load batch (registers: KB (4 + 2 NT) floats)
@@ -76,24 +105,24 @@ __device__ __forceinline__ void mm_nosync(float* Cm, int ldc, const float* A, in
       for (int half = 0; half < 2; ++half) {  // rows g (a0, a2) and g + 8 (a1, a3)
         const int row = r0 + g + 8 * half;
         if constexpr (kAk) {
-          const float2 x = *reinterpret_cast<const float2*>(A + row * lda + k + klo);
+          const float2 x = load_pair(A + row * lda + k + klo);
           a[kb][half] = x.x;
           a[kb][2 + half] = x.y;
         } else {
-          a[kb][half] = A[(k + klo) * lda + row];
-          a[kb][2 + half] = A[(k + khi) * lda + row];
+          a[kb][half] = to_f(A[(k + klo) * lda + row]);
+          a[kb][2 + half] = to_f(A[(k + khi) * lda + row]);
         }
       }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int n = c0 + nt * 8 + g;
         if constexpr (kBk) {
-          const float2 y = *reinterpret_cast<const float2*>(Bm + n * ldb + k + klo);
+          const float2 y = load_pair(Bm + n * ldb + k + klo);
           b[kb][nt][0] = y.x;
           b[kb][nt][1] = y.y;
         } else {
-          b[kb][nt][0] = Bm[(k + klo) * ldb + n];
-          b[kb][nt][1] = Bm[(k + khi) * ldb + n];
+          b[kb][nt][0] = to_f(Bm[(k + klo) * ldb + n]);
+          b[kb][nt][1] = to_f(Bm[(k + khi) * ldb + n]);
         }
       }
     }
@@ -125,17 +154,18 @@ __device__ __forceinline__ void mm_nosync(float* Cm, int ldc, const float* A, in
   }
 }
 
-template <int N, int K, int kExact, int kLayout>
-__device__ __forceinline__ void mm(float* Cm, int ldc, const float* A, int lda, const float* Bm, int ldb, float alpha,
+template <int N, int K, int kExact, int kLayout, typename TA, typename TB>
+__device__ __forceinline__ void mm(float* Cm, int ldc, const TA* A, int lda, const TB* Bm, int ldb, float alpha,
                                    bool accumulate) {
   mm_nosync<N, K, kExact, kLayout>(Cm, ldc, A, lda, Bm, ldb, alpha, accumulate);
   __syncthreads();
 }
 
-// Rows [0, n) of a [C, D] view (row stride rs, elements of type X) into an f32 tile [C][D]; rows >= n are zero.
-// A thread's loads are issued in batches of 16 before their stores (one latency per batch, 16 registers).
-template <int D, typename X>
-__device__ __forceinline__ void stage(float* dst, const X* src, int64_t rs, int n) {
+// Rows [0, n) of a [C, D] view (row stride rs, elements of type X) into a tile [C][ldd] of type Y (f32, or the
+// inputs' 16-bit type for 16-bit inputs: exact); rows >= n are zero. A thread's loads are issued in batches of 16
+// before their stores (one latency per batch, 16 registers).
+template <int D, typename Y, typename X>
+__device__ __forceinline__ void stage(Y* dst, int ldd, const X* src, int64_t rs, int n) {
   constexpr int kPer = C * D / kThreads, kBatch = kPer < 16 ? kPer : 16;
 #pragma unroll 1
   for (int i0 = 0; i0 < kPer; i0 += kBatch) {
@@ -146,19 +176,25 @@ __device__ __forceinline__ void stage(float* dst, const X* src, int64_t rs, int 
       v[i] = r < n ? to_f(src[r * rs + d]) : 0.f;
     }
 #pragma unroll
-    for (int i = 0; i < kBatch; ++i) dst[threadIdx.x + (i0 + i) * kThreads] = v[i];
+    for (int i = 0; i < kBatch; ++i) {
+      const int e = threadIdx.x + (i0 + i) * kThreads;
+      dst[(e / D) * ldd + e % D] = from_f<Y>(v[i]);
+    }
   }
 }
 
-// Rows [0, n) of an f32 tile [C][D] into a [C, D] view of type X.
+// Rows [0, n) of an f32 tile [C][lds] into a [C, D] view of type X.
 template <int D, typename X>
-__device__ __forceinline__ void write_rows(X* dst, int64_t rs, const float* src, int n) {
+__device__ __forceinline__ void write_rows(X* dst, int64_t rs, const float* src, int lds, int n) {
   constexpr int kPer = C * D / kThreads, kBatch = kPer < 16 ? kPer : 16;
 #pragma unroll 1
   for (int i0 = 0; i0 < kPer; i0 += kBatch) {
     float v[kBatch];
 #pragma unroll
-    for (int i = 0; i < kBatch; ++i) v[i] = src[threadIdx.x + (i0 + i) * kThreads];
+    for (int i = 0; i < kBatch; ++i) {
+      const int e = threadIdx.x + (i0 + i) * kThreads;
+      v[i] = src[(e / D) * lds + e % D];
+    }
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
       const int e = threadIdx.x + (i0 + i) * kThreads, r = e / D, d = e % D;
@@ -190,13 +226,13 @@ __device__ __forceinline__ void mask(float* X, F keep) {
   __syncthreads();
 }
 
-// dbeta_i += sum_d X[i][d] Y[i][d] for [C][D] tiles: 4 threads per row, all 256 busy.
+// dbeta_i += sum_d X[i][d] Y[i][d] for [C][D] tiles (row strides ldx, ldy): 4 threads per row, all 256 busy.
 template <int D>
-__device__ __forceinline__ void add_row_dots(float* dbeta, const float* X, const float* Y) {
+__device__ __forceinline__ void add_row_dots(float* dbeta, const float* X, int ldx, const float* Y, int ldy) {
   const int row = threadIdx.x / 4, q = threadIdx.x % 4;
   float acc = 0.f;
 #pragma unroll 8
-  for (int d = q; d < D; d += 4) acc = fmaf(X[row * D + d], Y[row * D + d], acc);
+  for (int d = q; d < D; d += 4) acc = fmaf(X[row * ldx + d], Y[row * ldy + d], acc);
   acc += __shfl_xor_sync(0xffffffffu, acc, 1);
   acc += __shfl_xor_sync(0xffffffffu, acc, 2);
   if (q == 0) dbeta[row] += acc;
@@ -236,13 +272,14 @@ __device__ __forceinline__ void row_sums(const float* X, float* rows) {
 
 template <int D>
 constexpr int bwd_local_smem_bytes() {
-  return (6 * local_detail::C * local_detail::LC + 6 * local_detail::C) * 4;
+  return (6 * local_detail::C * local_detail::LC + 6 * local_detail::C) * 4 + local_detail::LocalTiles<D>::kBytes;
 }
 
-// Two CTAs per SM (112 KB of shared memory each, at most 128 registers per thread): the kernel is a chain of ~40
-// small dependent products with a barrier after each, so the other CTA's products fill the waits.
+// D = 128: two CTAs per SM (112 KB of shared memory each, at most 128 registers per thread): the kernel is a chain
+// of ~40 small dependent products with a barrier after each, so the other CTA's products fill the waits. D = 64:
+// one CTA per SM (218 KB: the operands in shared memory), up to 255 registers.
 template <typename T, int D, bool kGate>
-__global__ void __launch_bounds__(256, 2) bwd_local_kernel(const BwdParams p) {
+__global__ void __launch_bounds__(256, local_detail::LocalTiles<D>::kInSmem ? 1 : 2) bwd_local_kernel(const BwdParams p) {
   using namespace local_detail;
   static_assert(!std::is_same_v<T, float>, "the Exact flags below assume q, k, v, do in bf16 or f16");
   constexpr float kLog2e = 1.4426950408889634f;
@@ -262,8 +299,36 @@ __global__ void __launch_bounds__(256, 2) bwd_local_kernel(const BwdParams p) {
 
   float* scratch = p.local_scratch + (int64_t)blockIdx.x * kLocalTiles * C * D;
   auto tile = [&](int t) { return scratch + t * C * D; };
-  float *W = tile(kW), *K = tile(kK), *V = tile(kV), *bW = tile(kBW), *U = tile(kU), *Q = tile(kQ), *dO = tile(kDO),
-        *dU = tile(kDU), *dbW = tile(kDBW), *dW = tile(kDW);
+  // The operands (LocalTiles): [C][LD] each, in shared memory after sRows at D = 64, else in the scratch slot.
+  using Tiles = LocalTiles<D>;
+  constexpr int LD = Tiles::LD;
+  float *W, *bW, *U, *sDq;  // sDq: dQ^ of the current query head in shared memory (D = 64; else dqacc in place)
+  const T *K, *V, *Q, *dO;
+  T *sK, *sV, *sQ, *sDO;
+  if constexpr (Tiles::kInSmem) {
+    W = sRows + C;
+    bW = W + C * LD;
+    U = bW + C * LD;
+    sDq = U + C * LD;
+    sK = reinterpret_cast<T*>(sDq + C * LD);
+    sV = sK + C * LD;
+    sQ = sV + C * LD;
+    sDO = sQ + C * LD;
+  } else {
+    W = tile(kW);
+    bW = tile(kBW);
+    U = tile(kU);
+    sDq = nullptr;
+    sK = reinterpret_cast<T*>(tile(kK));
+    sV = reinterpret_cast<T*>(tile(kV));
+    sQ = reinterpret_cast<T*>(tile(kQ));
+    sDO = reinterpret_cast<T*>(tile(kDO));
+  }
+  K = sK;
+  V = sV;
+  Q = sQ;
+  dO = sDO;
+  float *dU = tile(kDU), *dbW = tile(kDBW), *dW = tile(kDW);
   float* dKc = tile(kDKc);  // [C][C]  d Kcorr
   const int tid = threadIdx.x;
 
@@ -281,16 +346,19 @@ __global__ void __launch_bounds__(256, 2) bwd_local_kernel(const BwdParams p) {
     }
     const int64_t row_w = ci.b * p.sw.b + (int64_t)ci.t0 * p.sw.t + h * p.sw.h;
     if (p.w_is_bf16)
-      stage<D>(W, static_cast<const __nv_bfloat16*>(p.w) + row_w, p.sw.t, n);
+      stage<D>(W, LD, static_cast<const __nv_bfloat16*>(p.w) + row_w, p.sw.t, n);
     else
-      stage<D>(W, static_cast<const float*>(p.w) + row_w, p.sw.t, n);
-    stage<D>(K, static_cast<const T*>(p.k) + ci.b * p.sk.b + (int64_t)ci.t0 * p.sk.t + h * p.sk.h, p.sk.t, n);
-    stage<D>(V, static_cast<const T*>(p.v) + ci.b * p.sv.b + (int64_t)ci.t0 * p.sv.t + h * p.sv.h, p.sv.t, n);
+      stage<D>(W, LD, static_cast<const float*>(p.w) + row_w, p.sw.t, n);
+    stage<D>(sK, LD, static_cast<const T*>(p.k) + ci.b * p.sk.b + (int64_t)ci.t0 * p.sk.t + h * p.sk.h, p.sk.t, n);
+    stage<D>(sV, LD, static_cast<const T*>(p.v) + ci.b * p.sv.b + (int64_t)ci.t0 * p.sv.t + h * p.sv.h, p.sv.t, n);
     __syncthreads();
-    for (int e = tid; e < C * D; e += kThreads) bW[e] = sBeta[e / D] * W[e];
+    for (int e = tid; e < C * D; e += kThreads) {
+      const int r = e / D, d = e % D;
+      bW[r * LD + d] = sBeta[r] * W[r * LD + d];
+    }
     if (!(p.timing_skip & 256)) {
-      mm_nosync<C, D, kNone, kAKBK>(s0, LC, W, D, W, D, 1.f, false);  // W W^T
-      mm<C, D, kB, kAKBK>(s1, LC, W, D, K, D, 1.f, false);   // W K^T
+      mm_nosync<C, D, kNone, kAKBK>(s0, LC, W, LD, W, LD, 1.f, false);  // W W^T
+      mm<C, D, kB, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);   // W K^T
       for (int e = tid; e < C * C; e += kThreads) {  // A = b strict_lower(W W^T), Y = b strict_lower(W K^T)
         const int i = e / C, j = e % C;
         s0[i * LC + j] = j < i ? sBeta[i] * s0[i * LC + j] : 0.f;
@@ -300,18 +368,18 @@ __global__ void __launch_bounds__(256, 2) bwd_local_kernel(const BwdParams p) {
     if (!(p.timing_skip & 16)) ut_solve_f32_x4<C>(s0, LC, sT, LC);  // T = (I + A)^{-1} (Eq. 10)
     __syncthreads();
     mm_nosync<C, C, kNone, kAK>(sKc, LC, sT, LC, s1, LC, 1.f, false);  // Kcorr = T Y
-    mm<D, C, kNone, kAK>(U, D, sT, LC, bW, D, 1.f, false);     // U = T b W
+    mm<D, C, kNone, kAK>(U, LD, sT, LC, bW, LD, 1.f, false);     // U = T b W
     }
 
     // ---- The chunk product P = I - W^T U (Eq. 11): dW = -U dP^T, dU = -W dP (Eq. 34).
     const float* dP = p.dpacc + fac * D * D;
     float* dk = p.dkacc + fac * C * D;
     if (!(p.timing_skip & 128)) {
-      mm_nosync<D, D, kNone, kAKBK>(dW, D, U, D, dP, D, -1.f, false);
-      mm<D, D, kNone, kAK>(dU, D, W, D, dP, D, -1.f, false);
+      mm_nosync<D, D, kNone, kAKBK>(dW, D, U, LD, dP, D, -1.f, false);
+      mm<D, D, kNone, kAK>(dU, D, W, LD, dP, D, -1.f, false);
       // ---- K^ = K - Kcorr^T W (Eq. 14): dk += dK^ (dkacc holds dK^ and becomes dk), dKcorr = -W dK^^T,
       // dW -= Kcorr dK^ (Eq. 29).
-      mm_nosync<C, D, kNone, kAKBK>(dKc, C, W, D, dk, D, -1.f, false);
+      mm_nosync<C, D, kNone, kAKBK>(dKc, C, W, LD, dk, D, -1.f, false);
       mm<D, C, kNone, kAK>(dW, D, sKc, LC, dk, D, -1.f, true);
     }
 
@@ -319,19 +387,27 @@ __global__ void __launch_bounds__(256, 2) bwd_local_kernel(const BwdParams p) {
     for (int j = 0; j < ((p.timing_skip & 32) ? 0 : p.group); ++j) {
       const int hq = h * p.group + j;
       const int64_t qrow = (int64_t)gc * p.HQ + hq;
-      stage<D>(Q, static_cast<const T*>(p.q) + ci.b * p.sq.b + (int64_t)ci.t0 * p.sq.t + hq * p.sq.h, p.sq.t, n);
-      stage<D>(dO, static_cast<const T*>(p.dout) + ci.b * p.sdo.b + (int64_t)ci.t0 * p.sdo.t + hq * p.sdo.h, p.sdo.t, n);
+      stage<D>(sQ, LD, static_cast<const T*>(p.q) + ci.b * p.sq.b + (int64_t)ci.t0 * p.sq.t + hq * p.sq.h, p.sq.t, n);
+      stage<D>(sDO, LD, static_cast<const T*>(p.dout) + ci.b * p.sdo.b + (int64_t)ci.t0 * p.sdo.t + hq * p.sdo.h, p.sdo.t, n);
+      // dQ^ (Eq. 21) of this head: into shared memory at D = 64 (written out as dq below), else dqacc in place
+      float* dq = p.dqacc + qrow * C * D;
+      int ldq = D;
+      if constexpr (Tiles::kInSmem) {
+        stage<D>(sDq, LD, dq, D, n);
+        dq = sDq;
+        ldq = LD;
+      }
       if (tid < C) {
         sLse2[tid] = p.lse2[qrow * C + tid];
         sDelta[tid] = p.delta[qrow * C + tid];
         sG[tid] = kGate ? p.ws.gl[qrow * C + tid] : 0.f;
       }
       __syncthreads();
-      mm_nosync<C, D, kA, kAKBK>(s0, LC, Q, D, W, D, 1.f, false);    // Q W^T
-      mm<C, D, kAB, kAKBK>(s1, LC, Q, D, K, D, 1.f, false);  // Q K^T
+      mm_nosync<C, D, kA, kAKBK>(s0, LC, Q, LD, W, LD, 1.f, false);    // Q W^T
+      mm<C, D, kAB, kAKBK>(s1, LC, Q, LD, K, LD, 1.f, false);  // Q K^T
       mask2(s0, s1, [](int i, int jj) { return jj <= i; });  // QWl = lower(Q W^T), lower(Q K^T)
       mm_nosync<C, C, kNone, kAK>(s1, LC, s0, LC, sKc, LC, -1.f, true);  // S -= QWl Kcorr (Eq. 12)
-      mm<C, D, kAB, kAKBK>(s2, LC, dO, D, V, D, 1.f, false);    // dO V^T
+      mm<C, D, kAB, kAKBK>(s2, LC, dO, LD, V, LD, 1.f, false);    // dO V^T
       // P = exp(l - lse) and dl = P (dO V^T - delta) on the causal part (Eq. 19-20); in base 2.
       for (int e = tid; e < C * C; e += kThreads) {
         const int i = e / C, jj = e % C;
@@ -341,9 +417,8 @@ __global__ void __launch_bounds__(256, 2) bwd_local_kernel(const BwdParams p) {
         s2[i * LC + jj] = pr * (s2[i * LC + jj] - sDelta[i]);
       }
       __syncthreads();
-      float* dq = p.dqacc + qrow * C * D;  // holds dQ^ (Eq. 21), becomes dq
-      mm_nosync<D, C, kB, kANBN>(p.dvacc + fac * C * D, D, s1, LC, dO, D, 1.f, true);  // dV += P^T dO (Eq. 5)
-      mm<C, D, kNone, kAKBK>(s3, LC, dq, D, U, D, -1.f, false);  // Q^ = Q - QWl U: dQWl = -dQ^ U^T (Eq. 26)
+      mm_nosync<D, C, kB, kANBN>(p.dvacc + fac * C * D, D, s1, LC, dO, LD, 1.f, true);  // dV += P^T dO (Eq. 5)
+      mm<C, D, kNone, kAKBK>(s3, LC, dq, ldq, U, LD, -1.f, false);  // Q^ = Q - QWl U: dQWl = -dQ^ U^T (Eq. 26)
       if constexpr (kGate) {
         // dG_t = sum_j dl_tj - sum_i dl_it (Eq. 7): the main kernel added the row sums over earlier key chunks
         // (dgrow) and stored minus the column sums over later query chunks (dgacc); this adds the diagonal block's.
@@ -359,20 +434,21 @@ __global__ void __launch_bounds__(256, 2) bwd_local_kernel(const BwdParams p) {
       }
       for (int e = tid; e < C * C; e += kThreads) s2[(e / C) * LC + e % C] *= p.scale;  // ds = scale dl (Eq. 6)
       __syncthreads();
-      mm_nosync<D, C, kNone, kANBN>(dU, D, s0, LC, dq, D, -1.f, true);  // dU -= QWl^T dQ^
+      mm_nosync<D, C, kNone, kANBN>(dU, D, s0, LC, dq, ldq, -1.f, true);  // dU -= QWl^T dQ^
       mm<C, C, kNone, kANBN>(dKc, C, s0, LC, s2, LC, -1.f, true);  // S: dKcorr -= QWl^T dS (Eq. 27)
-      mm_nosync<D, C, kB, kAK>(dq, D, s2, LC, K, D, 1.f, true);  // dq += dQ^ (in place) + dS K
+      mm_nosync<D, C, kB, kAK>(dq, ldq, s2, LC, K, LD, 1.f, true);  // dq += dQ^ (in place) + dS K
       mm<C, C, kNone, kAKBK>(s3, LC, s2, LC, sKc, LC, -1.f, true);  // dQWl -= dS Kcorr^T
       mask(s3, [](int i, int jj) { return jj <= i; });
-      mm_nosync<D, C, kB, kANBN>(dk, D, s2, LC, Q, D, 1.f, true);   // dk += dS^T Q
-      mm<D, C, kNone, kAK>(dq, D, s3, LC, W, D, 1.f, true);  // QWl: dq += dQWl W (Eq. 28)
-      mm<D, C, kB, kANBN>(dW, D, s3, LC, Q, D, 1.f, true);  //      dW += dQWl^T Q
-      write_rows<D>(static_cast<T*>(p.dq) + ci.b * p.sdq.b + (int64_t)ci.t0 * p.sdq.t + hq * p.sdq.h, p.sdq.t, dq, n);
+      mm_nosync<D, C, kB, kANBN>(dk, D, s2, LC, Q, LD, 1.f, true);   // dk += dS^T Q
+      mm<D, C, kNone, kAK>(dq, ldq, s3, LC, W, LD, 1.f, true);  // QWl: dq += dQWl W (Eq. 28)
+      mm<D, C, kB, kANBN>(dW, D, s3, LC, Q, LD, 1.f, true);  //      dW += dQWl^T Q
+      write_rows<D>(static_cast<T*>(p.dq) + ci.b * p.sdq.b + (int64_t)ci.t0 * p.sdq.t + hq * p.sdq.h, p.sdq.t, dq, ldq, n);
+      if constexpr (Tiles::kInSmem) __syncthreads();  // the next head stages its dQ^ into sDq
     }
 
     // ---- Key side: Kcorr = T Y, U = T b W, T = (I + A)^{-1} (Eq. 29, 30).
     if (!(p.timing_skip & 64)) {
-      mm<C, D, kB, kAKBK>(s1, LC, W, D, K, D, 1.f, false);  // M = W K^T
+      mm<C, D, kB, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);  // M = W K^T
       for (int e = tid; e < C * C; e += kThreads) {       // Y = b strict_lower(M) again (not kept: shared memory)
         const int i = e / C, j = e % C;
         s3[i * LC + j] = j < i ? sBeta[i] * s1[i * LC + j] : 0.f;
@@ -381,15 +457,15 @@ __global__ void __launch_bounds__(256, 2) bwd_local_kernel(const BwdParams p) {
     mm_nosync<C, C, kNone, kAKBK>(s0, LC, dKc, C, s3, LC, 1.f, false);   // dT = dKcorr Y^T
     mm<C, C, kNone, kANBN>(s2, LC, sT, LC, dKc, C, 1.f, false);  // dY = T^T dKcorr
     strict_lower_beta_backward(s2, s1, sBeta, sDbeta);  // Y = b strict_lower(M): dbeta, then dM = b dY
-    mm_nosync<D, C, kB, kAK>(dW, D, s2, LC, K, D, 1.f, true);       // dW += dM K
-    mm<D, C, kNone, kANBN>(dk, D, s2, LC, W, D, 1.f, true);  // dk += dM^T W
-    mm_nosync<C, D, kNone, kAKBK>(s0, LC, dU, D, bW, D, 1.f, true);    // dT += dU (b W)^T
+    mm_nosync<D, C, kB, kAK>(dW, D, s2, LC, K, LD, 1.f, true);       // dW += dM K
+    mm<D, C, kNone, kANBN>(dk, D, s2, LC, W, LD, 1.f, true);  // dk += dM^T W
+    mm_nosync<C, D, kNone, kAKBK>(s0, LC, dU, D, bW, LD, 1.f, true);    // dT += dU (b W)^T
     mm<D, C, kNone, kANBN>(dbW, D, sT, LC, dU, D, 1.f, false);  // d(bW) = T^T dU
-    add_row_dots<D>(sDbeta, dbW, W);
+    add_row_dots<D>(sDbeta, dbW, D, W, LD);
     for (int e = tid; e < C * D; e += kThreads) dW[e] += sBeta[e / D] * dbW[e];
     __syncthreads();
     mm_nosync<C, C, kNone, kANBN>(s2, LC, sT, LC, s0, LC, 1.f, false);  // T^T dT
-    mm<C, D, kNone, kAKBK>(s1, LC, W, D, W, D, 1.f, false);    // W W^T
+    mm<C, D, kNone, kAKBK>(s1, LC, W, LD, W, LD, 1.f, false);    // W W^T
     mm<C, C, kNone, kAKBK>(s3, LC, s2, LC, sT, LC, -1.f, false);  // dA = -T^T dT T^T (Eq. 30)
     strict_lower_beta_backward(s3, s1, sBeta, sDbeta);  // A = b strict_lower(W W^T): dbeta, then dN = b dA
     for (int e = tid; e < C * C; e += kThreads) {  // dN + dN^T
@@ -397,18 +473,18 @@ __global__ void __launch_bounds__(256, 2) bwd_local_kernel(const BwdParams p) {
       s2[i * LC + j] = s3[i * LC + j] + s3[j * LC + i];
     }
     __syncthreads();
-    mm<D, C, kNone, kAK>(dW, D, s2, LC, W, D, 1.f, true);  // dW += (dN + dN^T) W
+    mm<D, C, kNone, kAK>(dW, D, s2, LC, W, LD, 1.f, true);  // dW += (dN + dN^T) W
     }
 
     // ---- Final writes (rows of the chunk).
     const int64_t t0 = (int64_t)ci.t0;
-    write_rows<D>(static_cast<T*>(p.dk) + ci.b * p.sdk.b + t0 * p.sdk.t + h * p.sdk.h, p.sdk.t, dk, n);
-    write_rows<D>(static_cast<T*>(p.dv) + ci.b * p.sdv.b + t0 * p.sdv.t + h * p.sdv.h, p.sdv.t, p.dvacc + fac * C * D, n);
+    write_rows<D>(static_cast<T*>(p.dk) + ci.b * p.sdk.b + t0 * p.sdk.t + h * p.sdk.h, p.sdk.t, dk, D, n);
+    write_rows<D>(static_cast<T*>(p.dv) + ci.b * p.sdv.b + t0 * p.sdv.t + h * p.sdv.h, p.sdv.t, p.dvacc + fac * C * D, D, n);
     const int64_t row_dw = ci.b * p.sdw.b + t0 * p.sdw.t + h * p.sdw.h;
     if (p.w_is_bf16)
-      write_rows<D>(static_cast<__nv_bfloat16*>(p.dw) + row_dw, p.sdw.t, dW, n);
+      write_rows<D>(static_cast<__nv_bfloat16*>(p.dw) + row_dw, p.sdw.t, dW, D, n);
     else
-      write_rows<D>(static_cast<float*>(p.dw) + row_dw, p.sdw.t, dW, n);
+      write_rows<D>(static_cast<float*>(p.dw) + row_dw, p.sdw.t, dW, D, n);
     __syncthreads();  // sDbeta: add_row_dots and the last strict_lower_beta_backward wrote it from other threads
     if (tid < n) p.dbeta[ci.b * p.sdbeta.b + (t0 + tid) * p.sdbeta.t + h * p.sdbeta.h] = sDbeta[tid];
   }
