@@ -30,7 +30,21 @@ constexpr int C = kChunk;
 // C x C f32 tiles in shared memory, rows of 72 floats: 8-byte aligned rows for float2 fragment loads along k (a
 // half-warp's 4 rows x 32 bytes land on 32 distinct banks), and column walks of 8 rows x 4 k's conflict-free too.
 constexpr int LC = C + 8;
-constexpr int kThreads = 256;
+// Where the C x D operand tiles live (see the top of the file), and the CTA's size: at D = 64 shared memory, rows
+// of D + 8 elements (8 floats or 8 16-bit values of padding: a half-warp's float2 / pair loads along k land on
+// distinct banks, as LC), and 16 warps, so that with one CTA per SM each scheduler still has four warps (v6, with
+// 8 warps, was slower than two CTAs of 8 with global operands: docs/perf/notes.md); at D = 128 the global scratch
+// slot, rows of D, 8 warps, two CTAs per SM.
+template <int D>
+struct LocalTiles {
+  static constexpr bool kInSmem = D == 64;
+  static constexpr int LD = kInSmem ? D + 8 : D;
+  static constexpr int kThreads = kInSmem ? 512 : 256;
+  static constexpr int kWarps = kThreads / 32;
+  // shared bytes of the operand tiles: W, bW, U, dQ^ in f32, then K, V, Q, dO in 16 bits
+  static constexpr int kBytes = kInSmem ? kChunk * LD * (4 * 4 + 4 * 2) : 0;
+};
+
 // f32 scratch tiles [C][D] per CTA: staged inputs and chunk-local intermediates; kDKc holds a C x C tile (row
 // stride C; D >= C) kept out of shared memory so that two CTAs fit on an SM (docs/perf/notes.md, v3).
 enum Tile { kW, kK, kV, kBW, kU, kQ, kDO, kDU, kDBW, kDW, kDKc, kTiles };
@@ -53,16 +67,6 @@ __device__ __forceinline__ Y from_f(float x) {
     return TypeTraits<Y>::from_float(x);
 }
 
-// Where the C x D operand tiles live (see the top of the file): shared memory at D = 64, rows of D + 8 elements (8
-// floats or 8 16-bit values of padding: a half-warp's float2 / pair loads along k land on distinct banks, as LC
-// below); the global scratch slot at D = 128, rows of D.
-template <int D>
-struct LocalTiles {
-  static constexpr bool kInSmem = D == 64;
-  static constexpr int LD = kInSmem ? D + 8 : D;
-  // shared bytes of the operand tiles: W, bW, U, dQ^ in f32, then K, V, Q, dO in 16 bits
-  static constexpr int kBytes = kInSmem ? kChunk * LD * (4 * 4 + 4 * 2) : 0;
-};
 
 // Which operands of a product hold values exact in TF32 (staged from bf16 / f16 inputs: q, k, v, do), so that
 // 3xTF32 needs no low part for them (tf32.cuh, mma_split_a).
@@ -72,8 +76,9 @@ enum Exact { kNone = 0, kA = 1, kB = 2, kAB = 3 };
 enum Layout { kAKBK = 3, kAK = 1, kBK = 2, kANBN = 0 };
 
 // Cm[64 x N] (+)= alpha * A B, k < K, A and B as Layout says (generic pointers: shared or global; f32 or 16-bit
-// elements, converted to f32 as they are loaded). On the tensor
-// cores in 3xTF32 (~f32 accuracy, docs/spec.md §6): warp w owns rows 16 (w % 4).. and the column half w / 4.
+// elements, converted to f32 as they are loaded), by the CTA's kWarps warps (8 or 16). On the tensor
+// cores in 3xTF32 (~f32 accuracy, docs/spec.md §6): warp w owns rows 16 (w % 4).. and column group w / 4 of
+// kWarps / 4 (halves or quarters of N).
 // The sum over k is order-free, so inside each 8-wide k-step the fragment slots t and t + 4 take k = 2t and 2t + 1
 // whenever an operand has k contiguous: one float2 load fills both (full 32-byte sectors from global memory; v3
 // read 16 bytes per row and sector). The operands of KB k-steps are loaded before any of their products, so a
@@ -81,16 +86,18 @@ enum Layout { kAKBK = 3, kAK = 1, kBK = 2, kANBN = 0 };
 // product may read Cm); mm_nosync does not: for a product that the next one neither reads nor writes, so that two
 // independent products share one barrier. (v5a ran such pairs concurrently on warps 0-3 and 4-7 instead: slower,
 // docs/perf/notes.md.)
-template <int N, int K, int kExact, int kLayout, typename TA, typename TB>
+template <int kWarps, int N, int K, int kExact, int kLayout, typename TA, typename TB>
 __device__ __forceinline__ void mm_nosync(float* Cm, int ldc, const TA* A, int lda, const TB* Bm, int ldb,
                                           float alpha, bool accumulate) {
-  constexpr int NT = N / 16;                    // n tiles of 8 per warp
+  constexpr int kGroups = kWarps / 4;           // column groups
+  static_assert(kWarps % 4 == 0 && N % (8 * kGroups) == 0, "4 row blocks x column groups of whole n tiles");
+  constexpr int NT = N / (8 * kGroups);         // n tiles of 8 per warp
   constexpr int KB = NT >= 8 ? 2 : 4;           // k-steps per load batch (registers: KB (4 + 2 NT) floats)
   static_assert(K % (8 * KB) == 0, "K must be a multiple of the load batch");
   constexpr bool kAx = (kExact & kA) != 0, kBx = (kExact & kB) != 0;
   constexpr bool kAk = (kLayout & kAK) != 0, kBk = (kLayout & kBK) != 0;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int r0 = 16 * (warp % 4), c0 = (warp / 4) * (N / 2);
+  const int r0 = 16 * (warp % 4), c0 = (warp / 4) * (N / kGroups);
   const int klo = (kAk || kBk) ? 2 * t : t, khi = (kAk || kBk) ? 2 * t + 1 : t + 4;  // k of slots t, t + 4
   float acc[NT][4];
 #pragma unroll
@@ -154,10 +161,10 @@ __device__ __forceinline__ void mm_nosync(float* Cm, int ldc, const TA* A, int l
   }
 }
 
-template <int N, int K, int kExact, int kLayout, typename TA, typename TB>
+template <int kWarps, int N, int K, int kExact, int kLayout, typename TA, typename TB>
 __device__ __forceinline__ void mm(float* Cm, int ldc, const TA* A, int lda, const TB* Bm, int ldb, float alpha,
                                    bool accumulate) {
-  mm_nosync<N, K, kExact, kLayout>(Cm, ldc, A, lda, Bm, ldb, alpha, accumulate);
+  mm_nosync<kWarps, N, K, kExact, kLayout>(Cm, ldc, A, lda, Bm, ldb, alpha, accumulate);
   __syncthreads();
 }
 
@@ -166,6 +173,7 @@ __device__ __forceinline__ void mm(float* Cm, int ldc, const TA* A, int lda, con
 // before their stores (one latency per batch, 16 registers).
 template <int D, typename Y, typename X>
 __device__ __forceinline__ void stage(Y* dst, int ldd, const X* src, int64_t rs, int n) {
+  constexpr int kThreads = LocalTiles<D>::kThreads;
   constexpr int kPer = C * D / kThreads, kBatch = kPer < 16 ? kPer : 16;
 #pragma unroll 1
   for (int i0 = 0; i0 < kPer; i0 += kBatch) {
@@ -186,6 +194,7 @@ __device__ __forceinline__ void stage(Y* dst, int ldd, const X* src, int64_t rs,
 // Rows [0, n) of an f32 tile [C][lds] into a [C, D] view of type X.
 template <int D, typename X>
 __device__ __forceinline__ void write_rows(X* dst, int64_t rs, const float* src, int lds, int n) {
+  constexpr int kThreads = LocalTiles<D>::kThreads;
   constexpr int kPer = C * D / kThreads, kBatch = kPer < 16 ? kPer : 16;
 #pragma unroll 1
   for (int i0 = 0; i0 < kPer; i0 += kBatch) {
@@ -211,7 +220,7 @@ __device__ __forceinline__ void write_rows(X* dst, int64_t rs, const float* src,
 // X[i][j] for a C x C tile: keep where keep(i, j), else 0.
 template <typename F>
 __device__ __forceinline__ void mask2(float* X, float* Y, F keep) {  // both tiles, one barrier
-  for (int e = threadIdx.x; e < C * C; e += kThreads) {
+  for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
     const int i = e / C, j = e % C;
     if (!keep(i, j)) X[i * LC + j] = Y[i * LC + j] = 0.f;
   }
@@ -219,16 +228,18 @@ __device__ __forceinline__ void mask2(float* X, float* Y, F keep) {  // both til
 }
 template <typename F>
 __device__ __forceinline__ void mask(float* X, F keep) {
-  for (int e = threadIdx.x; e < C * C; e += kThreads) {
+  for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
     const int i = e / C, j = e % C;
     if (!keep(i, j)) X[i * LC + j] = 0.f;
   }
   __syncthreads();
 }
 
-// dbeta_i += sum_d X[i][d] Y[i][d] for [C][D] tiles (row strides ldx, ldy): 4 threads per row, all 256 busy.
+// dbeta_i += sum_d X[i][d] Y[i][d] for [C][D] tiles (row strides ldx, ldy): 4 threads per row, the first 4 C
+// threads (whole warps; the others return).
 template <int D>
 __device__ __forceinline__ void add_row_dots(float* dbeta, const float* X, int ldx, const float* Y, int ldy) {
+  if (threadIdx.x >= 4 * C) return;
   const int row = threadIdx.x / 4, q = threadIdx.x % 4;
   float acc = 0.f;
 #pragma unroll 8
@@ -242,29 +253,33 @@ __device__ __forceinline__ void add_row_dots(float* dbeta, const float* X, int l
 // then dX becomes d loss / d M = b_i dX_ij on the strict lower part, 0 elsewhere. Four threads per row (a thread
 // per row walked rows 72 floats apart: 8-way bank conflicts), summed by shuffles in a fixed order.
 __device__ __forceinline__ void strict_lower_beta_backward(float* dX, const float* M, const float* beta, float* dbeta) {
-  const int i = threadIdx.x / 4, q = threadIdx.x % 4;
-  float acc = 0.f;
+  if (threadIdx.x < 4 * C) {  // whole warps
+    const int i = threadIdx.x / 4, q = threadIdx.x % 4;
+    float acc = 0.f;
 #pragma unroll 4
-  for (int j = q; j < C; j += 4) {
-    const float x = j < i ? dX[i * LC + j] : 0.f;
-    acc = fmaf(x, M[i * LC + j], acc);
-    dX[i * LC + j] = beta[i] * x;
+    for (int j = q; j < C; j += 4) {
+      const float x = j < i ? dX[i * LC + j] : 0.f;
+      acc = fmaf(x, M[i * LC + j], acc);
+      dX[i * LC + j] = beta[i] * x;
+    }
+    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+    if (q == 0) dbeta[i] += acc;
   }
-  acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-  acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-  if (q == 0) dbeta[i] += acc;
   __syncthreads();
 }
 
 // Row sums of a C x C tile into rows[C] (four threads per row, as above). Ends with a barrier.
 __device__ __forceinline__ void row_sums(const float* X, float* rows) {
-  const int i = threadIdx.x / 4, q = threadIdx.x % 4;
-  float acc = 0.f;
+  if (threadIdx.x < 4 * C) {  // whole warps
+    const int i = threadIdx.x / 4, q = threadIdx.x % 4;
+    float acc = 0.f;
 #pragma unroll 4
-  for (int j = q; j < C; j += 4) acc += X[i * LC + j];
-  acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-  acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-  if (q == 0) rows[i] = acc;
+    for (int j = q; j < C; j += 4) acc += X[i * LC + j];
+    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+    if (q == 0) rows[i] = acc;
+  }
   __syncthreads();
 }
 
@@ -275,11 +290,13 @@ constexpr int bwd_local_smem_bytes() {
   return (6 * local_detail::C * local_detail::LC + 6 * local_detail::C) * 4 + local_detail::LocalTiles<D>::kBytes;
 }
 
-// D = 128: two CTAs per SM (112 KB of shared memory each, at most 128 registers per thread): the kernel is a chain
-// of ~40 small dependent products with a barrier after each, so the other CTA's products fill the waits. D = 64:
-// one CTA per SM (218 KB: the operands in shared memory), up to 255 registers.
+// D = 128: two CTAs of 256 threads per SM (112 KB of shared memory each, at most 128 registers per thread): the
+// kernel is a chain of ~40 small dependent products with a barrier after each, so the other CTA's products fill
+// the waits. D = 64: one CTA of 512 threads per SM (218 KB: the operands in shared memory), 128 registers.
+// Launched with LocalTiles<D>::kThreads threads.
 template <typename T, int D, bool kGate>
-__global__ void __launch_bounds__(256, local_detail::LocalTiles<D>::kInSmem ? 1 : 2) bwd_local_kernel(const BwdParams p) {
+__global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_detail::LocalTiles<D>::kInSmem ? 1 : 2)
+    bwd_local_kernel(const BwdParams p) {
   using namespace local_detail;
   static_assert(!std::is_same_v<T, float>, "the Exact flags below assume q, k, v, do in bf16 or f16");
   constexpr float kLog2e = 1.4426950408889634f;
@@ -301,7 +318,7 @@ __global__ void __launch_bounds__(256, local_detail::LocalTiles<D>::kInSmem ? 1 
   auto tile = [&](int t) { return scratch + t * C * D; };
   // The operands (LocalTiles): [C][LD] each, in shared memory after sRows at D = 64, else in the scratch slot.
   using Tiles = LocalTiles<D>;
-  constexpr int LD = Tiles::LD;
+  constexpr int LD = Tiles::LD, kThreads = Tiles::kThreads, NW = Tiles::kWarps;
   float *W, *bW, *U, *sDq;  // sDq: dQ^ of the current query head in shared memory (D = 64; else dqacc in place)
   const T *K, *V, *Q, *dO;
   T *sK, *sV, *sQ, *sDO;
@@ -357,8 +374,8 @@ __global__ void __launch_bounds__(256, local_detail::LocalTiles<D>::kInSmem ? 1 
       bW[r * LD + d] = sBeta[r] * W[r * LD + d];
     }
     if (!(p.timing_skip & 256)) {
-      mm_nosync<C, D, kNone, kAKBK>(s0, LC, W, LD, W, LD, 1.f, false);  // W W^T
-      mm<C, D, kB, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);   // W K^T
+      mm_nosync<NW, C, D, kNone, kAKBK>(s0, LC, W, LD, W, LD, 1.f, false);  // W W^T
+      mm<NW, C, D, kB, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);   // W K^T
       for (int e = tid; e < C * C; e += kThreads) {  // A = b strict_lower(W W^T), Y = b strict_lower(W K^T)
         const int i = e / C, j = e % C;
         s0[i * LC + j] = j < i ? sBeta[i] * s0[i * LC + j] : 0.f;
@@ -367,20 +384,20 @@ __global__ void __launch_bounds__(256, local_detail::LocalTiles<D>::kInSmem ? 1 
     __syncthreads();
     if (!(p.timing_skip & 16)) ut_solve_f32_x4<C>(s0, LC, sT, LC);  // T = (I + A)^{-1} (Eq. 10)
     __syncthreads();
-    mm_nosync<C, C, kNone, kAK>(sKc, LC, sT, LC, s1, LC, 1.f, false);  // Kcorr = T Y
-    mm<D, C, kNone, kAK>(U, LD, sT, LC, bW, LD, 1.f, false);     // U = T b W
+    mm_nosync<NW, C, C, kNone, kAK>(sKc, LC, sT, LC, s1, LC, 1.f, false);  // Kcorr = T Y
+    mm<NW, D, C, kNone, kAK>(U, LD, sT, LC, bW, LD, 1.f, false);     // U = T b W
     }
 
     // ---- The chunk product P = I - W^T U (Eq. 11): dW = -U dP^T, dU = -W dP (Eq. 34).
     const float* dP = p.dpacc + fac * D * D;
     float* dk = p.dkacc + fac * C * D;
     if (!(p.timing_skip & 128)) {
-      mm_nosync<D, D, kNone, kAKBK>(dW, D, U, LD, dP, D, -1.f, false);
-      mm<D, D, kNone, kAK>(dU, D, W, LD, dP, D, -1.f, false);
+      mm_nosync<NW, D, D, kNone, kAKBK>(dW, D, U, LD, dP, D, -1.f, false);
+      mm<NW, D, D, kNone, kAK>(dU, D, W, LD, dP, D, -1.f, false);
       // ---- K^ = K - Kcorr^T W (Eq. 14): dk += dK^ (dkacc holds dK^ and becomes dk), dKcorr = -W dK^^T,
       // dW -= Kcorr dK^ (Eq. 29).
-      mm_nosync<C, D, kNone, kAKBK>(dKc, C, W, LD, dk, D, -1.f, false);
-      mm<D, C, kNone, kAK>(dW, D, sKc, LC, dk, D, -1.f, true);
+      mm_nosync<NW, C, D, kNone, kAKBK>(dKc, C, W, LD, dk, D, -1.f, false);
+      mm<NW, D, C, kNone, kAK>(dW, D, sKc, LC, dk, D, -1.f, true);
     }
 
     // ---- Per query head: the diagonal block and the query side (Eq. 12, 13, 24-28).
@@ -403,11 +420,11 @@ __global__ void __launch_bounds__(256, local_detail::LocalTiles<D>::kInSmem ? 1 
         sG[tid] = kGate ? p.ws.gl[qrow * C + tid] : 0.f;
       }
       __syncthreads();
-      mm_nosync<C, D, kA, kAKBK>(s0, LC, Q, LD, W, LD, 1.f, false);    // Q W^T
-      mm<C, D, kAB, kAKBK>(s1, LC, Q, LD, K, LD, 1.f, false);  // Q K^T
+      mm_nosync<NW, C, D, kA, kAKBK>(s0, LC, Q, LD, W, LD, 1.f, false);    // Q W^T
+      mm<NW, C, D, kAB, kAKBK>(s1, LC, Q, LD, K, LD, 1.f, false);  // Q K^T
       mask2(s0, s1, [](int i, int jj) { return jj <= i; });  // QWl = lower(Q W^T), lower(Q K^T)
-      mm_nosync<C, C, kNone, kAK>(s1, LC, s0, LC, sKc, LC, -1.f, true);  // S -= QWl Kcorr (Eq. 12)
-      mm<C, D, kAB, kAKBK>(s2, LC, dO, LD, V, LD, 1.f, false);    // dO V^T
+      mm_nosync<NW, C, C, kNone, kAK>(s1, LC, s0, LC, sKc, LC, -1.f, true);  // S -= QWl Kcorr (Eq. 12)
+      mm<NW, C, D, kAB, kAKBK>(s2, LC, dO, LD, V, LD, 1.f, false);    // dO V^T
       // P = exp(l - lse) and dl = P (dO V^T - delta) on the causal part (Eq. 19-20); in base 2.
       for (int e = tid; e < C * C; e += kThreads) {
         const int i = e / C, jj = e % C;
@@ -417,8 +434,8 @@ __global__ void __launch_bounds__(256, local_detail::LocalTiles<D>::kInSmem ? 1 
         s2[i * LC + jj] = pr * (s2[i * LC + jj] - sDelta[i]);
       }
       __syncthreads();
-      mm_nosync<D, C, kB, kANBN>(p.dvacc + fac * C * D, D, s1, LC, dO, LD, 1.f, true);  // dV += P^T dO (Eq. 5)
-      mm<C, D, kNone, kAKBK>(s3, LC, dq, ldq, U, LD, -1.f, false);  // Q^ = Q - QWl U: dQWl = -dQ^ U^T (Eq. 26)
+      mm_nosync<NW, D, C, kB, kANBN>(p.dvacc + fac * C * D, D, s1, LC, dO, LD, 1.f, true);  // dV += P^T dO (Eq. 5)
+      mm<NW, C, D, kNone, kAKBK>(s3, LC, dq, ldq, U, LD, -1.f, false);  // Q^ = Q - QWl U: dQWl = -dQ^ U^T (Eq. 26)
       if constexpr (kGate) {
         // dG_t = sum_j dl_tj - sum_i dl_it (Eq. 7): the main kernel added the row sums over earlier key chunks
         // (dgrow) and stored minus the column sums over later query chunks (dgacc); this adds the diagonal block's.
@@ -434,46 +451,46 @@ __global__ void __launch_bounds__(256, local_detail::LocalTiles<D>::kInSmem ? 1 
       }
       for (int e = tid; e < C * C; e += kThreads) s2[(e / C) * LC + e % C] *= p.scale;  // ds = scale dl (Eq. 6)
       __syncthreads();
-      mm_nosync<D, C, kNone, kANBN>(dU, D, s0, LC, dq, ldq, -1.f, true);  // dU -= QWl^T dQ^
-      mm<C, C, kNone, kANBN>(dKc, C, s0, LC, s2, LC, -1.f, true);  // S: dKcorr -= QWl^T dS (Eq. 27)
-      mm_nosync<D, C, kB, kAK>(dq, ldq, s2, LC, K, LD, 1.f, true);  // dq += dQ^ (in place) + dS K
-      mm<C, C, kNone, kAKBK>(s3, LC, s2, LC, sKc, LC, -1.f, true);  // dQWl -= dS Kcorr^T
+      mm_nosync<NW, D, C, kNone, kANBN>(dU, D, s0, LC, dq, ldq, -1.f, true);  // dU -= QWl^T dQ^
+      mm<NW, C, C, kNone, kANBN>(dKc, C, s0, LC, s2, LC, -1.f, true);  // S: dKcorr -= QWl^T dS (Eq. 27)
+      mm_nosync<NW, D, C, kB, kAK>(dq, ldq, s2, LC, K, LD, 1.f, true);  // dq += dQ^ (in place) + dS K
+      mm<NW, C, C, kNone, kAKBK>(s3, LC, s2, LC, sKc, LC, -1.f, true);  // dQWl -= dS Kcorr^T
       mask(s3, [](int i, int jj) { return jj <= i; });
-      mm_nosync<D, C, kB, kANBN>(dk, D, s2, LC, Q, LD, 1.f, true);   // dk += dS^T Q
-      mm<D, C, kNone, kAK>(dq, ldq, s3, LC, W, LD, 1.f, true);  // QWl: dq += dQWl W (Eq. 28)
-      mm<D, C, kB, kANBN>(dW, D, s3, LC, Q, LD, 1.f, true);  //      dW += dQWl^T Q
+      mm_nosync<NW, D, C, kB, kANBN>(dk, D, s2, LC, Q, LD, 1.f, true);   // dk += dS^T Q
+      mm<NW, D, C, kNone, kAK>(dq, ldq, s3, LC, W, LD, 1.f, true);  // QWl: dq += dQWl W (Eq. 28)
+      mm<NW, D, C, kB, kANBN>(dW, D, s3, LC, Q, LD, 1.f, true);  //      dW += dQWl^T Q
       write_rows<D>(static_cast<T*>(p.dq) + ci.b * p.sdq.b + (int64_t)ci.t0 * p.sdq.t + hq * p.sdq.h, p.sdq.t, dq, ldq, n);
       if constexpr (Tiles::kInSmem) __syncthreads();  // the next head stages its dQ^ into sDq
     }
 
     // ---- Key side: Kcorr = T Y, U = T b W, T = (I + A)^{-1} (Eq. 29, 30).
     if (!(p.timing_skip & 64)) {
-      mm<C, D, kB, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);  // M = W K^T
+      mm<NW, C, D, kB, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);  // M = W K^T
       for (int e = tid; e < C * C; e += kThreads) {       // Y = b strict_lower(M) again (not kept: shared memory)
         const int i = e / C, j = e % C;
         s3[i * LC + j] = j < i ? sBeta[i] * s1[i * LC + j] : 0.f;
     }
     __syncthreads();
-    mm_nosync<C, C, kNone, kAKBK>(s0, LC, dKc, C, s3, LC, 1.f, false);   // dT = dKcorr Y^T
-    mm<C, C, kNone, kANBN>(s2, LC, sT, LC, dKc, C, 1.f, false);  // dY = T^T dKcorr
+    mm_nosync<NW, C, C, kNone, kAKBK>(s0, LC, dKc, C, s3, LC, 1.f, false);   // dT = dKcorr Y^T
+    mm<NW, C, C, kNone, kANBN>(s2, LC, sT, LC, dKc, C, 1.f, false);  // dY = T^T dKcorr
     strict_lower_beta_backward(s2, s1, sBeta, sDbeta);  // Y = b strict_lower(M): dbeta, then dM = b dY
-    mm_nosync<D, C, kB, kAK>(dW, D, s2, LC, K, LD, 1.f, true);       // dW += dM K
-    mm<D, C, kNone, kANBN>(dk, D, s2, LC, W, LD, 1.f, true);  // dk += dM^T W
-    mm_nosync<C, D, kNone, kAKBK>(s0, LC, dU, D, bW, LD, 1.f, true);    // dT += dU (b W)^T
-    mm<D, C, kNone, kANBN>(dbW, D, sT, LC, dU, D, 1.f, false);  // d(bW) = T^T dU
+    mm_nosync<NW, D, C, kB, kAK>(dW, D, s2, LC, K, LD, 1.f, true);       // dW += dM K
+    mm<NW, D, C, kNone, kANBN>(dk, D, s2, LC, W, LD, 1.f, true);  // dk += dM^T W
+    mm_nosync<NW, C, D, kNone, kAKBK>(s0, LC, dU, D, bW, LD, 1.f, true);    // dT += dU (b W)^T
+    mm<NW, D, C, kNone, kANBN>(dbW, D, sT, LC, dU, D, 1.f, false);  // d(bW) = T^T dU
     add_row_dots<D>(sDbeta, dbW, D, W, LD);
     for (int e = tid; e < C * D; e += kThreads) dW[e] += sBeta[e / D] * dbW[e];
     __syncthreads();
-    mm_nosync<C, C, kNone, kANBN>(s2, LC, sT, LC, s0, LC, 1.f, false);  // T^T dT
-    mm<C, D, kNone, kAKBK>(s1, LC, W, LD, W, LD, 1.f, false);    // W W^T
-    mm<C, C, kNone, kAKBK>(s3, LC, s2, LC, sT, LC, -1.f, false);  // dA = -T^T dT T^T (Eq. 30)
+    mm_nosync<NW, C, C, kNone, kANBN>(s2, LC, sT, LC, s0, LC, 1.f, false);  // T^T dT
+    mm<NW, C, D, kNone, kAKBK>(s1, LC, W, LD, W, LD, 1.f, false);    // W W^T
+    mm<NW, C, C, kNone, kAKBK>(s3, LC, s2, LC, sT, LC, -1.f, false);  // dA = -T^T dT T^T (Eq. 30)
     strict_lower_beta_backward(s3, s1, sBeta, sDbeta);  // A = b strict_lower(W W^T): dbeta, then dN = b dA
     for (int e = tid; e < C * C; e += kThreads) {  // dN + dN^T
       const int i = e / C, j = e % C;
       s2[i * LC + j] = s3[i * LC + j] + s3[j * LC + i];
     }
     __syncthreads();
-    mm<D, C, kNone, kAK>(dW, D, s2, LC, W, LD, 1.f, true);  // dW += (dN + dN^T) W
+    mm<NW, D, C, kNone, kAK>(dW, D, s2, LC, W, LD, 1.f, true);  // dW += (dN + dN^T) W
     }
 
     // ---- Final writes (rows of the chunk).

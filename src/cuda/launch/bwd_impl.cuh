@@ -59,7 +59,8 @@ BwdGrid bwd_grid(int group) {
   if (!g.wgmma_main)
     g.main_ctas = bwd_launch_detail::resident(bwd_main_kernel<T, D, kGate, kDet>, 128, BwdMainSmem<D>::bytes(group, kGate),
                                               "bwd_main_kernel");
-  g.local_ctas = bwd_launch_detail::resident(bwd_local_kernel<T, D, kGate>, 256, bwd_local_smem_bytes<D>(), "bwd_local_kernel");
+  g.local_ctas = bwd_launch_detail::resident(bwd_local_kernel<T, D, kGate>, local_detail::LocalTiles<D>::kThreads,
+                                             bwd_local_smem_bytes<D>(), "bwd_local_kernel");
   return g;
 }
 
@@ -97,7 +98,7 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
   {
     constexpr int bytes = bwd_local_smem_bytes<D>();
     CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<T, D, kGate>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    bwd_local_kernel<T, D, kGate><<<grid.local_ctas, 256, bytes, stream>>>(p);
+    bwd_local_kernel<T, D, kGate><<<grid.local_ctas, local_detail::LocalTiles<D>::kThreads, bytes, stream>>>(p);
     CUDA_CHECK_LAUNCH("bwd_local_kernel");
   }
   mark("bwd_local");
