@@ -1,0 +1,200 @@
+"""Context-parallel PaTH attention over torch.distributed (docs/math.md section 6, Eq. 38-41).
+
+The sequence is split into n equal segments, segment r on rank r of the group. Each rank attends within its own
+segment with the local op (pathattn.path_attention, which returns lse), and to every earlier segment s < r through
+that segment's summary: its keys carried to the segment's end (k^, Eq. 39), its values, its factor product
+P_s = H_end ... H_start (D x D, Eq. 38) and its gate sums. A query carried to its own segment's start (q^, Eq. 39)
+meets segment s's keys after the products of the segments in between (Eq. 40), one D x D product per segment; the
+partial results merge by lse (Eq. 41). Everything but the local op is differentiable PyTorch, and the summaries
+travel in one autograd-aware all-gather, whose backward sums every rank's gradient of a summary and hands it to the
+rank that owns it. Works with any backend (gloo on CPUs, NCCL on GPUs).
+
+What it is and is not (docs/python.md "Context parallelism"): the cross-segment blocks are dense PyTorch softmax
+attention (an L x L logit tile per pair of segments, L = T / n), fine for the CPU tests and moderate L; a fused
+kernel for those non-causal blocks is what long sequences on GPUs need next. Segments in rank order only (a zig-zag
+split needs each rank to own two segments: the same summaries, not done yet).
+"""
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from .ops import path_attention
+
+CHUNK = 64  # rows per UT factor in the segment summaries (docs/math.md Eq. 10)
+
+
+class _AllGather(torch.autograd.Function):
+    """x [N] on every rank -> [world, N]; backward: the gradients of every rank summed, this rank's row returned.
+    One collective each way, so that every rank calls the same collectives in the same order."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        ctx.rank = dist.get_rank(group)
+        parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(parts, x.contiguous(), group=group)
+        return torch.stack(parts)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad[ctx.rank], None
+
+
+def segment_summary(q, k, w, beta, chunk: int = CHUNK):
+    """The summaries of one segment (docs/math.md Eq. 38-39), differentiable: q^ [B, H, G, L, D] (each query carried
+    to the segment's start, H_1 ... H_i q_i), k^ [B, H, L, D] (each key carried to the segment's end,
+    H_L ... H_{j+1} k_j: the prefill's key cache) and P [B, H, D, D] = H_L ... H_1. q [B, L, HQ, D] (HQ = H G,
+    query head h G + j on kv head h), k and w [B, L, H, D], beta [B, L, H]. Computed in chunks of `chunk` rows in
+    the UT form (Eq. 10-14) with prefix and suffix products of the chunk products: linear in L."""
+    B, L, HQ, D = q.shape
+    H = k.shape[2]
+    G = HQ // H
+    dtype = torch.promote_types(q.dtype, torch.float32)
+    NC = (L + chunk - 1) // chunk
+    pad = NC * chunk - L
+
+    def rows(x):  # [B, L, heads, d] -> [B, heads, NC, C, d], zero rows past L (beta = 0 there: H_t = I)
+        x = x.to(dtype)
+        if pad:
+            x = torch.nn.functional.pad(x, (0, 0, 0, 0, 0, pad))
+        return x.reshape(B, NC, chunk, x.shape[2], x.shape[3]).permute(0, 3, 1, 2, 4)
+
+    W, K = rows(w), rows(k)  # [B, H, NC, C, D]
+    b = rows(beta.unsqueeze(-1)).squeeze(-1)  # [B, H, NC, C]
+    Q = rows(q).reshape(B, H, G, NC, chunk, D)
+    eye_c = torch.eye(chunk, dtype=dtype, device=q.device)
+    eye_d = torch.eye(D, dtype=dtype, device=q.device)
+    A = torch.tril(b.unsqueeze(-1) * (W @ W.transpose(-1, -2)), -1)  # Eq. 10
+    Tm = torch.linalg.solve_triangular(eye_c + A, eye_c.expand_as(A), upper=False, unitriangular=True)
+    U = Tm @ (b.unsqueeze(-1) * W)
+    P = eye_d - W.transpose(-1, -2) @ U  # chunk products H_C ... H_1 (Eq. 11)  [B, H, NC, D, D]
+    # Chunk-local carries (Eq. 13, 14).
+    Qloc = Q - torch.tril(Q @ W.transpose(-1, -2).unsqueeze(2)) @ U.unsqueeze(2)
+    Kcorr = Tm @ (b.unsqueeze(-1) * torch.tril(W @ K.transpose(-1, -2), -1))
+    Kloc = K - Kcorr.transpose(-1, -2) @ W
+    # Prefix R_c = P_{c-1} ... P_1 (rows of q^ in chunk c: Qloc R_c) and suffix S_c = P_NC ... P_{c+1} (rows of k^:
+    # Kloc S_c^T); P_seg = P_NC ... P_1.
+    prefix, R = [], eye_d.expand(B, H, D, D)
+    for c in range(NC):
+        prefix.append(R)
+        R = P[:, :, c] @ R
+    p_seg = R
+    suffix, S = [None] * NC, eye_d.expand(B, H, D, D)
+    for c in reversed(range(NC)):
+        suffix[c] = S
+        S = S @ P[:, :, c]
+    qhat = Qloc @ torch.stack(prefix, 2).unsqueeze(2)  # [B, H, G, NC, C, D]
+    khat = Kloc @ torch.stack(suffix, 2).transpose(-1, -2)  # [B, H, NC, C, D]
+    qhat = qhat.reshape(B, H, G, NC * chunk, D)[..., :L, :]
+    khat = khat.reshape(B, H, NC * chunk, D)[:, :, :L]
+    return qhat, khat, p_seg
+
+
+def _check(q, k, v, w, beta, g, group):
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("pathattn: context_parallel_attention needs torch.distributed initialised "
+                           "(dist.init_process_group)")
+    for name, t in dict(q=q, k=k, v=v, w=w, beta=beta).items():
+        if t.dim() != (3 if name == "beta" else 4):
+            raise RuntimeError(f"pathattn: {name} must have {3 if name == 'beta' else 4} dimensions, got {tuple(t.shape)}")
+    B, L, HQ, D = q.shape
+    H = k.shape[2]
+    if H == 0 or HQ % H:
+        raise RuntimeError(f"pathattn: q's heads ({HQ}) must be a multiple of k's ({H})")
+    for name, t, want in [("k", k, (B, L, H, D)), ("w", w, (B, L, H, D)), ("beta", beta, (B, L, H))]:
+        if tuple(t.shape) != want:
+            raise RuntimeError(f"pathattn: {name} must have shape {list(want)} (this rank's segment), got {list(t.shape)}")
+    if tuple(v.shape[:3]) != (B, L, H):
+        raise RuntimeError(f"pathattn: v must have shape [{B}, {L}, {H}, DV], got {list(v.shape)}")
+    if g is not None and tuple(g.shape) != (B, L, HQ):
+        raise RuntimeError(f"pathattn: g must have shape [{B}, {L}, {HQ}], got {list(g.shape)}")
+    # Every rank's segment must have the same shape (the all-gather moves equal blocks).
+    shape = torch.tensor([B, L, HQ, H, D, v.shape[3], int(g is not None)], dtype=torch.int64)
+    if dist.get_backend(group) == "nccl":
+        shape = shape.to(q.device)
+    shapes = [torch.empty_like(shape) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(shapes, shape, group=group)
+    for r, s in enumerate(shapes):
+        if not torch.equal(s.cpu(), shape.cpu()):
+            raise RuntimeError(
+                "pathattn: context_parallel_attention needs the same segment shape on every rank "
+                f"([B, L, HQ, H, D, DV, gate]): rank {dist.get_rank(group)} has {shape.tolist()}, rank {r} {s.tolist()}")
+
+
+def context_parallel_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    w: torch.Tensor,
+    beta: torch.Tensor,
+    g: Optional[torch.Tensor] = None,
+    scale: Optional[float] = None,
+    group=None,
+    return_lse: bool = False,
+):
+    """PaTH attention over a sequence split across the ranks of `group` (default: the whole world): this rank holds
+    tokens [r L, (r + 1) L) of every sequence, q [B, L, HQ, D], k and w [B, L, H, D], v [B, L, H, DV], beta
+    [B, L, H], g [B, L, HQ] (optional) as path_attention takes them. Returns this rank's rows of o [B, L, HQ, DV]
+    (and lse [B, L, HQ] f32 with return_lse): equal to path_attention over the whole sequence, gradients included
+    (every rank calls backward on its own loss; the summaries' gradients reach their owning ranks). Every rank must
+    call it with the same shapes."""
+    group = group if group is not None else dist.group.WORLD
+    _check(q, k, v, w, beta, g, group)
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    B, L, HQ, D = q.shape
+    H, DV = k.shape[2], v.shape[3]
+    G = HQ // H
+    scale = D ** -0.5 if scale is None else float(scale)
+
+    o_loc, lse_loc = path_attention(q, k, v, w, beta, g, scale=scale, return_lse=True)
+    if world == 1:
+        return (o_loc, lse_loc) if return_lse else o_loc
+    dtype = torch.promote_types(q.dtype, torch.float32)
+    qhat, khat, p_seg = segment_summary(q, k, w, beta)
+    # Gate: G inside the segment (inclusive cumulative sums) and the segment's total (Eq. 41).
+    gl = torch.cumsum(g.to(dtype), 1) if g is not None else None  # [B, L, HQ]
+    pieces = [khat, v.to(dtype).permute(0, 2, 1, 3), p_seg]
+    if g is not None:
+        pieces.append(gl)
+    sizes = [t.numel() for t in pieces]
+    gathered = _AllGather.apply(torch.cat([t.reshape(-1) for t in pieces]), group)  # [world, sum(sizes)]
+    # Rank 0 uses nobody's summary; a zero term keeps the gather in its graph, so that its backward joins the
+    # all-reduce that the other ranks' backward starts.
+    keep = gathered.sum() * 0
+
+    def piece(s, i, shape):
+        off = sum(sizes[:i])
+        return gathered[s, off : off + sizes[i]].reshape(shape)
+
+    o_parts, lse_parts = [o_loc.to(dtype)], [lse_loc.to(dtype)]
+    qt = qhat  # q^ carried back over the segments after s (Eq. 40): [B, H, G, L, D]
+    goff = None  # G at the end of segment s minus G at the end of segment r - 1, as the loop walks s down
+    for s in range(rank - 1, -1, -1):
+        ks = piece(s, 0, (B, H, L, D))
+        vs = piece(s, 1, (B, H, L, DV))
+        logits = scale * (qt @ ks.unsqueeze(2).transpose(-1, -2))  # [B, H, G, L, L]
+        if g is not None:
+            gs = piece(s, 3, (B, L, HQ))
+            # G_i - G_j = (sum of g over segments s+1 .. r-1 and s's rows after j) + G_i (local):
+            # = (gtot_s - gs_j) + sum_{u=s+1}^{r-1} gtot_u + gl_i
+            gtot_s = gs[:, -1]  # [B, HQ]
+            between = goff if goff is not None else torch.zeros_like(gtot_s)
+            row = (gl + between.unsqueeze(1)).reshape(B, L, H, G).permute(0, 2, 3, 1)  # [B, H, G, L]
+            col = (gtot_s.unsqueeze(1) - gs).reshape(B, L, H, G).permute(0, 2, 3, 1)  # [B, H, G, L]
+            logits = logits + row.unsqueeze(-1) + col.unsqueeze(-2)
+            goff = between + gtot_s
+        lse_s = torch.logsumexp(logits, -1)  # [B, H, G, L]
+        o_s = torch.softmax(logits, -1) @ vs.unsqueeze(2)  # [B, H, G, L, DV]
+        o_parts.append(o_s.reshape(B, HQ, L, DV).permute(0, 2, 1, 3))
+        lse_parts.append(lse_s.reshape(B, HQ, L).permute(0, 2, 1))
+        if s > 0:
+            qt = qt @ piece(s, 2, (B, H, D, D)).unsqueeze(2)
+    lse_all = torch.stack(lse_parts)  # [n, B, L, HQ]
+    lse = torch.logsumexp(lse_all, 0)
+    o = sum(torch.exp(l - lse).unsqueeze(-1) * op for l, op in zip(lse_parts, o_parts))
+    o = (o + keep).to(o_loc.dtype)
+    lse = (lse + keep).to(lse_loc.dtype)
+    return (o, lse) if return_lse else o

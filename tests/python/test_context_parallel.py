@@ -1,0 +1,85 @@
+# Context-parallel PaTH attention (pathattn.context_parallel, docs/math.md section 6) over torch.distributed with
+# gloo on the CPU, 2 and 4 processes: outputs, lse and every gradient equal path_attention over the whole sequence
+# in one process; data parallel x context parallel training equals one process; mismatched segments are errors.
+# The workers are in cp_worker.py (spawned processes import it).
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from helpers import import_pathattn
+from tolerances import F32_VS_REFERENCE_ATOL, F64_VS_REFERENCE_ATOL
+
+pathattn = import_pathattn()
+import cp_worker  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
+                                reason="torch.distributed with gloo is not available")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def spawn(fn, world, tmp_path, case):
+    # Spawned interpreters find pathattn and the test helpers through PYTHONPATH.
+    paths = [HERE, os.path.join(HERE, "..", "..", "python")] + os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    mp.spawn(fn, args=(world, str(tmp_path / "init"), case), nprocs=world, join=True)
+
+
+CASES = {
+    # f64 through the reference backend: equal to rounding
+    "mha_f64": dict(B=1, L=24, H=1, HQ=1, D=8, DV=8, gate=False, dtype=torch.float64, atol=F64_VS_REFERENCE_ATOL),
+    "gqa_gate_dv_f64": dict(B=2, L=40, H=2, HQ=4, D=8, DV=4, gate=True, dtype=torch.float64, atol=F64_VS_REFERENCE_ATOL),
+    "beta2_f64": dict(B=1, L=17, H=1, HQ=2, D=8, DV=8, gate=True, dtype=torch.float64, atol=F64_VS_REFERENCE_ATOL,
+                      beta_two=True),
+    # f32 through the fast CPU path, segments longer than one chunk and not a multiple of it
+    "gqa_gate_f32": dict(B=1, L=70, H=2, HQ=4, D=16, DV=16, gate=True, dtype=torch.float32, atol=10 * F32_VS_REFERENCE_ATOL),
+}
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("case", list(CASES))
+def test_context_parallel_equals_one_process(world, case, tmp_path):
+    spawn(cp_worker.op_worker, world, tmp_path, CASES[case])
+
+
+def test_segments_of_different_lengths_are_an_error(tmp_path):
+    spawn(cp_worker.shape_error_worker, 2, tmp_path, None)
+
+
+@pytest.mark.parametrize("dp,cp", [(1, 2), (2, 2)])
+def test_data_and_context_parallel_training_equals_one_process(dp, cp, tmp_path):
+    spawn(cp_worker.train_worker, dp * cp, tmp_path, dict(dp=dp, cp=cp, steps=3, B=2, T=24))
+
+
+def test_segment_summary_matches_the_prefill_and_the_definition():
+    """q^ (H_1 ... H_i q_i), k^ (the prefill's key cache) and P = H_L ... H_1 of one segment (Eq. 38-39)."""
+    from helpers import random_inputs
+    from pathattn.context_parallel import segment_summary
+
+    x = random_inputs(1, 70, 2, 4, 8, 8, dtype=torch.float64, seed=3)
+    x.pop("cu_seqlens", None)
+    qh, kh, P = segment_summary(x["q"], x["k"], x["w"], x["beta"])
+    _, _, kc = pathattn.prefill(**{n: (t.float() if t is not None else None) for n, t in x.items()})
+    torch.testing.assert_close(kh.permute(0, 2, 1, 3).float(), kc, rtol=F32_VS_REFERENCE_ATOL, atol=F32_VS_REFERENCE_ATOL)
+    eye = torch.eye(8, dtype=torch.float64)
+    for h in range(2):
+        M, Pd = eye, eye
+        for t in range(70):
+            Ht = eye - x["beta"][0, t, h] * torch.outer(x["w"][0, t, h], x["w"][0, t, h])
+            M, Pd = M @ Ht, Ht @ Pd
+            for j in range(2):
+                torch.testing.assert_close(qh[0, h, j, t], M @ x["q"][0, t, 2 * h + j], atol=F64_VS_REFERENCE_ATOL, rtol=0)
+        torch.testing.assert_close(P[0, h], Pd, atol=F64_VS_REFERENCE_ATOL, rtol=0)
+
+
+def test_needs_an_initialised_process_group():
+    from pathattn.context_parallel import context_parallel_attention
+
+    if dist.is_initialized():
+        pytest.skip("a process group is initialised in this process")
+    x = {n: torch.zeros(1, 4, 1, 8) for n in ("q", "k", "v", "w")}
+    with pytest.raises(RuntimeError, match="needs torch.distributed initialised"):
+        context_parallel_attention(**x, beta=torch.zeros(1, 4, 1))
