@@ -43,6 +43,19 @@ class _AllGather(torch.autograd.Function):
         return grad[ctx.rank], None
 
 
+def previous_rank_tail(x, n: int, group=None):
+    """The last n rows (dim 1) of x [B, L, ...] on the previous rank of `group`, zeros on rank 0: what a causal
+    convolution of width n + 1 reads across the segment boundary. Differentiable (the gradient returns to the
+    previous rank); one all-gather, on every rank, so that every rank's backward joins the same collectives."""
+    group = group if group is not None else dist.group.WORLD
+    rank = dist.get_rank(group)
+    if x.shape[1] < n:
+        raise RuntimeError(f"pathattn: each rank's segment must have at least {n} tokens here, got {x.shape[1]}")
+    tail = x[:, x.shape[1] - n :]
+    gathered = _AllGather.apply(tail.reshape(-1), group).reshape((-1,) + tuple(tail.shape))
+    return gathered[rank - 1] if rank > 0 else gathered[0] * 0
+
+
 def segment_summary(q, k, w, beta, chunk: int = CHUNK):
     """The summaries of one segment (docs/math.md Eq. 38-39), differentiable: q^ [B, H, G, L, D] (each query carried
     to the segment's start, H_1 ... H_i q_i), k^ [B, H, L, D] (each key carried to the segment's end,

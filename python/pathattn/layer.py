@@ -8,6 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .context_parallel import context_parallel_attention, previous_rank_tail
 from .ops import DecodeCache, decode, path_attention, prefill
 
 
@@ -89,6 +90,11 @@ class PaTHAttention(nn.Module):
     the gate enters the logits, 'none' (ours, the default): scale * s_ij + G_i - G_j; 'fla': scale * (s_ij + G_i -
     G_j), fla's convention (its layer scales the gate by head_dim^-1/2), for fla checkpoints.
 
+    Context parallelism: forward(x, cp_group=group) with x this rank's segment of the sequences (rank r of the
+    torch.distributed group holds tokens [r L, (r + 1) L)): the short convolution takes the previous rank's last
+    conv_size - 1 inputs, the attention runs through pathattn.context_parallel_attention; outputs and gradients
+    equal one forward over the whole sequence (tests/python/test_context_parallel.py).
+
     Generation: forward(x, cache=PaTHLayerCache()) runs the prompt (prefill) and keeps the layer's state; later
     calls with the same cache append their tokens (pathattn.decode: CPU float32, or CUDA with q, k, v in
     bfloat16/float16 as the layer gives them under autocast or in bfloat16), as if the whole sequence had been run
@@ -167,9 +173,12 @@ class PaTHAttention(nn.Module):
         hidden_states: torch.Tensor,
         cu_seqlens: Optional[torch.Tensor] = None,
         cache: Optional[PaTHLayerCache] = None,
+        cp_group=None,
     ) -> torch.Tensor:
         if cache is not None and cu_seqlens is not None:
             raise ValueError("pathattn: PaTHAttention takes a cache or cu_seqlens, not both (decode has no varlen)")
+        if cp_group is not None and (cache is not None or cu_seqlens is not None):
+            raise ValueError("pathattn: PaTHAttention with cp_group (context parallel) takes no cache and no cu_seqlens")
         x = hidden_states  # [B, T, E]
         B, T, _ = x.shape
         H, HQ, D = self.num_kv_heads, self.num_heads, self.head_dim
@@ -184,6 +193,8 @@ class PaTHAttention(nn.Module):
         if self.use_w_shortconv:
             if cache is not None and cache.kv is not None:  # decoding: continue after the cached inputs
                 w, cache.conv = self.w_conv1d.step(w, cache.conv)
+            elif cp_group is not None:  # context parallel: continue after the previous rank's last inputs
+                w, _ = self.w_conv1d.step(w, previous_rank_tail(w, self.conv_size - 1, cp_group))
             else:
                 if cache is not None:  # prefill: keep the last K - 1 inputs (zeros before a short prompt)
                     K = self.conv_size
@@ -197,7 +208,9 @@ class PaTHAttention(nn.Module):
         if g is not None and self.gate_scale == "fla":  # scale (s + G_i - G_j): scaling g scales its sums G
             g = g * D ** -0.5
 
-        if cache is None:
+        if cp_group is not None:
+            o = context_parallel_attention(q, k, v, w, beta, g, group=cp_group)
+        elif cache is None:
             o = path_attention(q, k, v, w, beta, g, cu_seqlens=cu_seqlens)  # [B, T, HQ, D]
         elif cache.kv is None:  # prefill: the key cache on the tokens' device
             with torch.no_grad():

@@ -133,3 +133,39 @@ def train_worker(rank, world, init_file, case):
             assert err <= 1e-10, f"rank {rank}: parameter {name} off by {err:.3e} after {steps} steps"
     finally:
         dist.destroy_process_group()
+
+
+def layer_worker(rank, world, init_file, case):
+    """PaTHAttention(x segment, cp_group) equals the layer over the whole sequence: outputs and the gradients of the
+    input and of every parameter (summed over the ranks: each rank's loss covers its segment)."""
+    import pathattn
+
+    init(rank, world, init_file)
+    try:
+        torch.manual_seed(0)
+        layer = pathattn.PaTHAttention(hidden_size=32, num_heads=4, num_kv_heads=case["kv_heads"],
+                                       use_forget_gate=case["gate"]).double()
+        B, T = 2, case["L"] * world
+        L = case["L"]
+        gen = torch.Generator().manual_seed(3)
+        x = torch.randn(B, T, 32, generator=gen, dtype=torch.float64)
+        dy = torch.randn(B, T, 32, generator=gen, dtype=torch.float64)
+        xf = x.clone().requires_grad_()
+        (layer(xf) * dy).sum().backward()
+        ref_grads = {n: p.grad.clone() for n, p in layer.named_parameters()}
+        layer.zero_grad()
+        xs = segment(x, rank, L).clone().requires_grad_()
+        y = layer(xs, cp_group=dist.group.WORLD)
+        (y * segment(dy, rank, L)).sum().backward()
+        with torch.no_grad():
+            y_ref = layer(x)
+        checks = [("y", y, segment(y_ref, rank, L)), ("dx", xs.grad, segment(xf.grad, rank, L))]
+        for n, p in layer.named_parameters():
+            g = p.grad.clone()
+            dist.all_reduce(g)
+            checks.append(("d" + n, g, ref_grads[n]))
+        for name, a, ref in checks:
+            err = (a.detach() - ref.detach()).abs().max().item()
+            assert err <= 1e-9 * max(1.0, ref.abs().max().item()), f"rank {rank}: {name} off by {err:.3e}"
+    finally:
+        dist.destroy_process_group()

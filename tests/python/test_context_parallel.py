@@ -83,3 +83,10 @@ def test_needs_an_initialised_process_group():
     x = {n: torch.zeros(1, 4, 1, 8) for n in ("q", "k", "v", "w")}
     with pytest.raises(RuntimeError, match="needs torch.distributed initialised"):
         context_parallel_attention(**x, beta=torch.zeros(1, 4, 1))
+
+
+@pytest.mark.parametrize("world,config", [(2, dict(kv_heads=4, gate=False, L=20)), (4, dict(kv_heads=2, gate=True, L=9))])
+def test_layer_with_cp_group_equals_the_whole_sequence(world, config, tmp_path):
+    """The layer's short convolution reads the previous rank's last inputs; outputs, dx and every parameter's
+    gradient (summed over the ranks) equal the layer over the whole sequence."""
+    spawn(cp_worker.layer_worker, world, tmp_path, config)
