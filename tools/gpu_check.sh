@@ -22,6 +22,9 @@
 #          SDPA decode steps), DECODE_DRIFT=1 bench/cuda/decode_drift.py (f32 vs bf16 cache over 10,000 steps)
 #   fwd128: the D = 128 forward (wgmma, the default): test_cuda_forward, memcheck on its D = 128 cases, racecheck on
 #          a few small ones, bench_fwd --only 128 with the older mma.sync kernel (PATHATTN_FWD128=mma) and the default
+#   bulk:  the backward's bulk-reduction additions (PATHATTN_BWD_BULK=1, opt-in until this passes): test_cuda_backward
+#          with it (both summation modes), memcheck + racecheck on small cases with it, then bench_fwd --bwd --only 64
+#          without and with it (per-stage times)
 #   model: only the model's bench_step
 #   model: the C++ model's training-step benchmark (bench_step: PaTH on our CUDA op vs RoPE on SDPA, bf16,
 #          98M parameters, T 4096, batch 8), built against the machine's torch in build-gpu-torch
@@ -179,6 +182,24 @@ if [ "$MODE" = fwd128 ]; then
     PATHATTN_FWD128=$k timeout 200 build-gpu/bench/cuda/bench_fwd --only 128 > "$OUT/bench_fwd128_$k.log" 2>&1
     note "bench_fwd --only 128, PATHATTN_FWD128=$k: rc=$?"
     grep -E '^#|^ +B|^ +[0-9]' "$OUT/bench_fwd128_$k.log" | tee -a "$SUMMARY"
+  done
+fi
+if [ "$MODE" = bulk ]; then
+  t0=$(date +%s)
+  FILTER=(); [ "${GPU_SKIP_LONG:-0}" = 1 ] && FILTER=(--gtest_filter=-Long/*)
+  PATHATTN_BWD_BULK=1 timeout 400 build-gpu/tests/cuda/test_cuda_backward "${FILTER[@]}" > "$OUT/tests_bulk.log" 2>&1
+  note "test_cuda_backward, PATHATTN_BWD_BULK=1: rc=$?, $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/tests_bulk.log" | tr '\n' ' ')($(( $(date +%s) - t0 )) s)"
+  grep -E '^\[  FAILED  \]' "$OUT/tests_bulk.log" | head -20 | tee -a "$SUMMARY"
+  for tool in memcheck racecheck; do
+    t0=$(date +%s)
+    PATHATTN_BWD_BULK=1 timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/cuda/test_cuda_backward \
+      --gtest_filter='*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*Determinis*' > "$OUT/sanitizer_bulk_$tool.log" 2>&1
+    note "compute-sanitizer $tool (bulk): rc=$?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_bulk_$tool.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+  done
+  for b in 0 1; do
+    PATHATTN_BWD_BULK=$b PATHATTN_CUDA_PROFILE=1 timeout 200 build-gpu/bench/cuda/bench_fwd --bwd --only 64 --iters 5 > "$OUT/bench_bulk_$b.log" 2>&1
+    note "bench_fwd --bwd --only 64, PATHATTN_BWD_BULK=$b: rc=$?"
+    awk '/profile\]/{line=line" "$3"="$4} /^ +[0-9]/{print $0; print "   stages:" line; line=""; next} /^#|^ +B/' "$OUT/bench_bulk_$b.log" | tee -a "$SUMMARY"
   done
 fi
 if [ "$MODE" = quick ]; then

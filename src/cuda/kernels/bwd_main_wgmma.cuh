@@ -34,7 +34,7 @@ namespace pathattn::cuda {
 // Shared memory (D = 64): eight swizzled 64 x 64 tiles of 16-bit elements (8 KB, 1024-byte aligned):
 //   0, 1: K~ (current, next)    2 + 2s: Q^ of stage s    3 + 2s: dO^ of stage s    6, 7: E steps
 // then two padded tiles [C][LDP] read by ldmatrix only (ds^T; V at the task's start, then E for the chain step),
-// then floats and the mbarriers.
+// then floats and the mbarriers, then (kBulk only) the f32 staging tile [C][kStageLd] of the bulk additions.
 struct BwdWgSmem {
   static constexpr int C = kChunk, LDP = 64 + 8;
   static constexpr int kTile = C * 64;
@@ -42,12 +42,51 @@ struct BwdWgSmem {
   static constexpr int kPadHalves = 2 * C * LDP;
   // per stage: lse2, delta, query gate, key gate [C] each; then per-warp row sums [4][C]
   static constexpr int kFloats = 2 * 4 * C + 4 * C;
-  static constexpr int bytes(int group, bool gate) {
-    return 1024 + (kSwzHalves + kPadHalves) * 2 + (kFloats + (gate ? group * C : 0)) * 4 + 6 * 8;
+  static constexpr int kStageLd = 64 + 8;  // float2 stores of a warp's 8 rows x 4 lanes land on distinct banks
+  static constexpr int kStageBytes = C * kStageLd * 4 + 16;  // + 16: alignment of the bulk source
+  static constexpr int bytes(int group, bool gate, bool bulk_reduce) {
+    return 1024 + (kSwzHalves + kPadHalves) * 2 + (kFloats + (gate ? group * C : 0)) * 4 + 6 * 8 +
+           (bulk_reduce ? kStageBytes : 0);
   }
 };
 
-template <typename T, bool kGate, bool kDet>
+namespace bwd_detail {
+// The bulk path of the dQ^ and dP additions (the kernel's kBulk; opt-in PATHATTN_BWD_BULK=1 until it has run
+// on a GPU): why, docs/perf/notes.md (v4: the two f32 atomic streams are half of the fast mode's time). A 64 x 64
+// f32 accumulator tile (mma layout, this warp's 16 rows) into the staging tile; ends with a barrier, so that
+// bulk_add_rows may follow. Each thread r < C first waits until the copy engine has read the row it added last.
+__device__ __forceinline__ void stage_acc(const float (&acc)[8][4], float* stage, int row0) {
+  constexpr int LD = BwdWgSmem::kStageLd;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  if (threadIdx.x < kChunk) bulk_wait_read();
+  __syncthreads();
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    *reinterpret_cast<float2*>(stage + (row0 + g) * LD + nt * 8 + 2 * t) = make_float2(acc[nt][0], acc[nt][1]);
+    *reinterpret_cast<float2*>(stage + (row0 + g + 8) * LD + nt * 8 + 2 * t) = make_float2(acc[nt][2], acc[nt][3]);
+  }
+  fence_proxy_async_smem();  // the stores, before the copy engine reads them
+  __syncthreads();
+}
+// g0[r][0..64) += stage[r] for r < rows (row stride 64 floats in global memory): thread r issues row r's 256-byte
+// bulk reduction. kDet (inside the ordered turn): the previous turn's additions are ordered before these, and
+// these complete before the turn passes (pass_turn's fence then publishes them).
+template <bool kDet>
+__device__ __forceinline__ void bulk_add_rows(const float* stage, float* g0, int rows) {
+  if (threadIdx.x < rows) {
+    if constexpr (kDet) fence_proxy_async_global();
+    bulk_reduce_add_f32(g0 + threadIdx.x * 64, smem_addr(stage + threadIdx.x * BwdWgSmem::kStageLd), 64 * 4);
+    bulk_commit();
+    if constexpr (kDet) {
+      bulk_wait();
+      fence_proxy_async_global();
+    }
+  }
+}
+}  // namespace bwd_detail
+
+// kBulk: the dQ^ / dP additions by bulk reductions (stage_acc, bulk_add_rows above) instead of f32 atomics.
+template <typename T, bool kGate, bool kDet, bool kBulk>
 __global__ void __launch_bounds__(128, 2)
     bwd_main_wgmma_kernel(const BwdParams p, const __grid_constant__ CUtensorMap tm_q,
                           const __grid_constant__ CUtensorMap tm_do, const __grid_constant__ CUtensorMap tm_step,
@@ -75,6 +114,9 @@ __global__ void __launch_bounds__(128, 2)
   const uint32_t bar0 = smem_addr(sDG + (kGate ? p.group * C : 0));
   // mbarriers: 0, 1 query stages; 2 chain (K~_{c,m-1}, E_{m-1}; K~_{c,last} at phase 2's start); 3, 4 phase 1 steps
   auto bar = [&](int i) { return bar0 + 8 * i; };
+  // The staging tile of the bulk additions (kBulk), 16-byte aligned after the mbarriers.
+  float* sStage = reinterpret_cast<float*>(
+      (reinterpret_cast<uintptr_t>(sDG + (kGate ? p.group * C : 0)) + 6 * 8 + 15) & ~static_cast<uintptr_t>(15));
   __shared__ int s_task;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -170,7 +212,7 @@ __global__ void __launch_bounds__(128, 2)
       wgmma_fence_operand(kc);
     }
     // The slot's rows were written by ordinary stores; the copy engine reads them next (phase 2).
-    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+    fence_proxy_async_global();
     __syncthreads();
 
     // ---- Phase 2: query chunks from the last back to c + 1, every query head of the group in turn.
@@ -253,9 +295,15 @@ __global__ void __launch_bounds__(128, 2)
         wgmma_fence_operand(e_acc);
         wgmma_fence_frags(pa);  // the dV and E products read pa, da until the wait: keep their registers
         wgmma_fence_frags(da);
+        if constexpr (kBulk) stage_acc(dq, sStage, row0);
         if constexpr (kDet) wait_turn(p.count_q + qrow, m - 1 - gc);
         if constexpr (kGate) add_gate_rows(p.dgrow + qrow * C, sRow, cm.len);
-        if (!(p.timing_skip & 9)) atomic_add_acc<8>(dq, p.dqacc + qrow * C * D, D, row0, cm.len);
+        if (!(p.timing_skip & 9)) {
+          if constexpr (kBulk)
+            bulk_add_rows<kDet>(sStage, p.dqacc + qrow * C * D, cm.len);
+          else
+            atomic_add_acc<8>(dq, p.dqacc + qrow * C * D, D, row0, cm.len);
+        }
         if constexpr (kDet) pass_turn(p.count_q + qrow);
       }
 
@@ -282,8 +330,14 @@ __global__ void __launch_bounds__(128, 2)
         wgmma_fence_operand(dpj);
         wgmma_fence_frags(ea);
         int* count = p.count_p + (int64_t)jc * p.H + h;
+        if constexpr (kBulk) stage_acc(dpj, sStage, row0);
         if constexpr (kDet) wait_turn(count, jc - 1 - gc);
-        if (!(p.timing_skip & 2)) atomic_add_acc<8>(dpj, p.dpacc + ((int64_t)jc * p.H + h) * D * D, D, row0, D);
+        if (!(p.timing_skip & 2)) {
+          if constexpr (kBulk)
+            bulk_add_rows<kDet>(sStage, p.dpacc + ((int64_t)jc * p.H + h) * D * D, D);
+          else
+            atomic_add_acc<8>(dpj, p.dpacc + ((int64_t)jc * p.H + h) * D * D, D, row0, D);
+        }
         if constexpr (kDet) pass_turn(count);
         wgmma_wait<0>();
         wgmma_fence_operand(e_acc);
@@ -295,6 +349,9 @@ __global__ void __launch_bounds__(128, 2)
     // ---- The task's own gradients (rows of chunk c; all zero when c is its sequence's last chunk).
     store_task_gradients<kGate>(e_acc, dv_acc, p, fac, gc, h, row0, sDG);
   }
+  // The last bulk additions: done before the CTA (and its shared memory) goes.
+  if constexpr (kBulk)
+    if (threadIdx.x < C) bulk_wait();
 }
 
 }  // namespace pathattn::cuda
