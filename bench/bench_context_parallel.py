@@ -69,6 +69,7 @@ def main():
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--gate", action="store_true")
+    ap.add_argument("--layout", choices=("contiguous", "zigzag"), default="contiguous")
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--csv")
@@ -97,7 +98,7 @@ def main():
     x = inputs(a.B, L, a.heads, a.dim, a.gate, a.device, dtype, seed=rank)
 
     def cp():
-        o = context_parallel_attention(**x)
+        o = context_parallel_attention(**x, layout=a.layout)
         o.float().sum().backward()
 
     def one():  # the same rank's segment alone: what each rank would do with no other segments
@@ -124,14 +125,14 @@ def main():
         worst_one = max(float(t[1]) for t in all_t)
         eff = worst_one / worst_cp
         print(f"# context-parallel PaTH f+b, {a.device} ({backend}), B {a.B}, T {a.T} over {world} ranks (L = {L}), "
-              f"H {a.heads}, D {a.dim}, gate {a.gate}; median of {a.iters}, slowest rank")
+              f"H {a.heads}, D {a.dim}, gate {a.gate}, layout {a.layout}; median of {a.iters}, slowest rank")
         strong = t_full / (world * worst_cp)
         print(f"{'ranks':>5} {'T':>8} {'cp ms':>10} {'one rank T/n ms':>16} {'eff (T/n)':>10} {'one rank T ms':>14} "
               f"{'strong eff':>11}")
         print(f"{world:>5} {a.T:>8} {worst_cp:>10.2f} {worst_one:>16.2f} {eff:>10.0%} {t_full:>14.2f} {strong:>11.0%}")
         if a.csv:
             with open(a.csv, "a", newline="") as f:
-                csv.writer(f).writerow([a.device, world, a.B, a.T, a.heads, a.dim, int(a.gate), worst_cp, worst_one,
+                csv.writer(f).writerow([a.device, a.layout, world, a.B, a.T, a.heads, a.dim, int(a.gate), worst_cp, worst_one,
                                         eff, t_full, strong])
     dist.destroy_process_group()
 

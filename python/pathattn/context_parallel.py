@@ -11,8 +11,8 @@ rank that owns it. Works with any backend (gloo on CPUs, NCCL on GPUs).
 
 What it is and is not (docs/python.md "Context parallelism"): the cross-segment blocks are dense PyTorch softmax
 attention (an L x L logit tile per pair of segments, L = T / n), fine for the CPU tests and moderate L; a fused
-kernel for those non-causal blocks is what long sequences on GPUs need next. Segments in rank order only (a zig-zag
-split needs each rank to own two segments: the same summaries, not done yet).
+kernel for those non-causal blocks is what long sequences on GPUs need next. Segments in rank order (layout
+"contiguous") or zig-zag (two segments per rank, balanced causal work).
 """
 from typing import Optional
 
@@ -41,19 +41,6 @@ class _AllGather(torch.autograd.Function):
         grad = grad.contiguous()
         dist.all_reduce(grad, group=ctx.group)
         return grad[ctx.rank], None
-
-
-def previous_rank_tail(x, n: int, group=None):
-    """The last n rows (dim 1) of x [B, L, ...] on the previous rank of `group`, zeros on rank 0: what a causal
-    convolution of width n + 1 reads across the segment boundary. Differentiable (the gradient returns to the
-    previous rank); one all-gather, on every rank, so that every rank's backward joins the same collectives."""
-    group = group if group is not None else dist.group.WORLD
-    rank = dist.get_rank(group)
-    if x.shape[1] < n:
-        raise RuntimeError(f"pathattn: each rank's segment must have at least {n} tokens here, got {x.shape[1]}")
-    tail = x[:, x.shape[1] - n :]
-    gathered = _AllGather.apply(tail.reshape(-1), group).reshape((-1,) + tuple(tail.shape))
-    return gathered[rank - 1] if rank > 0 else gathered[0] * 0
 
 
 def segment_summary(q, k, w, beta, chunk: int = CHUNK):
@@ -137,6 +124,50 @@ def _check(q, k, v, w, beta, g, group):
                 f"([B, L, HQ, H, D, DV, gate]): rank {dist.get_rank(group)} has {shape.tolist()}, rank {r} {s.tolist()}")
 
 
+LAYOUTS = ("contiguous", "zigzag")
+
+
+def owned_segments(rank: int, world: int, layout: str = "contiguous"):
+    """The global segment indices that rank holds, in the order of its rows: contiguous, [rank] (n segments);
+    zigzag, [rank, 2 n - 1 - rank] (2 n segments, so that every rank attends to 2 n - 1 of them: balanced)."""
+    if layout == "contiguous":
+        return [rank]
+    if layout == "zigzag":
+        return [rank, 2 * world - 1 - rank]
+    raise RuntimeError(f"pathattn: layout must be one of {LAYOUTS}, got {layout!r}")
+
+
+def _owner(s: int, world: int, layout: str):
+    """(rank, index among that rank's segments) of global segment s."""
+    if layout == "contiguous":
+        return s, 0
+    return (s, 0) if s < world else (2 * world - 1 - s, 1)
+
+
+def conv_with_halo(step, x, n: int, group=None, layout: str = "contiguous"):
+    """A causal convolution of width n + 1 over this rank's segments of x [B, L, C]: step(x_segment, halo) -> (y, _)
+    continues after halo [B, n, C], the last n rows of the previous segment (another rank's, or zeros before the
+    first segment). One differentiable all-gather of every segment's tail (its gradient returns to the owner)."""
+    group = group if group is not None else dist.group.WORLD
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    mine = owned_segments(rank, world, layout)
+    segs = x.chunk(len(mine), 1)
+    for seg in segs:
+        if seg.shape[1] < n:
+            raise RuntimeError(f"pathattn: each segment must have at least {n} tokens here, got {seg.shape[1]}")
+    tails = torch.stack([seg[:, seg.shape[1] - n :] for seg in segs])  # [segments per rank, B, n, C]
+    gathered = _AllGather.apply(tails.reshape(-1), group).reshape((world,) + tuple(tails.shape))
+    out = []
+    for m, seg in zip(mine, segs):
+        if m == 0:
+            halo = gathered[0, 0] * 0  # zeros, with the gather kept in this rank's graph
+        else:
+            r, i = _owner(m - 1, world, layout)
+            halo = gathered[r, i]
+        out.append(step(seg, halo)[0])
+    return torch.cat(out, 1)
+
+
 def context_parallel_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -147,67 +178,86 @@ def context_parallel_attention(
     scale: Optional[float] = None,
     group=None,
     return_lse: bool = False,
+    layout: str = "contiguous",
 ):
-    """PaTH attention over a sequence split across the ranks of `group` (default: the whole world): this rank holds
-    tokens [r L, (r + 1) L) of every sequence, q [B, L, HQ, D], k and w [B, L, H, D], v [B, L, H, DV], beta
+    """PaTH attention over a sequence split across the ranks of `group` (default: the whole world). layout
+    "contiguous": rank r holds tokens [r L, (r + 1) L) of every sequence; "zigzag": the sequence in 2 n segments of
+    L / 2, rank r holding segments r and 2 n - 1 - r one after the other in its L rows (every rank then attends to
+    as many key blocks: the causal work is balanced). q [B, L, HQ, D], k and w [B, L, H, D], v [B, L, H, DV], beta
     [B, L, H], g [B, L, HQ] (optional) as path_attention takes them. Returns this rank's rows of o [B, L, HQ, DV]
     (and lse [B, L, HQ] f32 with return_lse): equal to path_attention over the whole sequence, gradients included
     (every rank calls backward on its own loss; the summaries' gradients reach their owning ranks). Every rank must
-    call it with the same shapes."""
+    call it with the same shapes and layout."""
     group = group if group is not None else dist.group.WORLD
     _check(q, k, v, w, beta, g, group)
     rank, world = dist.get_rank(group), dist.get_world_size(group)
+    mine = owned_segments(rank, world, layout)
     B, L, HQ, D = q.shape
+    if L % len(mine):
+        raise RuntimeError(f"pathattn: layout 'zigzag' needs an even number of rows per rank (two segments), got {L}")
+    Ls = L // len(mine)
     H, DV = k.shape[2], v.shape[3]
     G = HQ // H
     scale = D ** -0.5 if scale is None else float(scale)
-
-    o_loc, lse_loc = path_attention(q, k, v, w, beta, g, scale=scale, return_lse=True)
-    if world == 1:
-        return (o_loc, lse_loc) if return_lse else o_loc
     dtype = torch.promote_types(q.dtype, torch.float32)
-    qhat, khat, p_seg = segment_summary(q, k, w, beta)
-    # Gate: G inside the segment (inclusive cumulative sums) and the segment's total (Eq. 41).
-    gl = torch.cumsum(g.to(dtype), 1) if g is not None else None  # [B, L, HQ]
-    pieces = [khat, v.to(dtype).permute(0, 2, 1, 3), p_seg]
-    if g is not None:
-        pieces.append(gl)
-    sizes = [t.numel() for t in pieces]
-    gathered = _AllGather.apply(torch.cat([t.reshape(-1) for t in pieces]), group)  # [world, sum(sizes)]
-    # Rank 0 uses nobody's summary; a zero term keeps the gather in its graph, so that its backward joins the
-    # all-reduce that the other ranks' backward starts.
+
+    def rows(t, i):
+        return None if t is None else t[:, i * Ls : (i + 1) * Ls]
+
+    # Per own segment: the local block (the op) and the summaries (Eq. 38-39), packed for one all-gather.
+    local, qhats, flat, sizes = [], [], [], None
+    for i in range(len(mine)):
+        qi, ki, vi, wi, bi, gi = (rows(t, i) for t in (q, k, v, w, beta, g))
+        local.append(path_attention(qi, ki, vi, wi, bi, gi, scale=scale, return_lse=True))
+        qhat, khat, p_seg = segment_summary(qi, ki, wi, bi)
+        qhats.append(qhat)
+        pieces = [khat, vi.to(dtype).permute(0, 2, 1, 3), p_seg]
+        if g is not None:
+            pieces.append(torch.cumsum(gi.to(dtype), 1))  # G inside the segment (inclusive)
+        sizes = [t.numel() for t in pieces]
+        flat += [t.reshape(-1) for t in pieces]
+    if world == 1 and layout == "contiguous":
+        o, lse = local[0]
+        return (o, lse) if return_lse else o
+    gathered = _AllGather.apply(torch.cat(flat), group)  # [world, segments per rank x sum(sizes)]
+    per_segment = sum(sizes)
+    # A rank may use nobody's summary (rank 0, contiguous); a zero term keeps the gather in its graph, so that its
+    # backward joins the all-reduce that the other ranks' backward starts.
     keep = gathered.sum() * 0
 
-    def piece(s, i, shape):
-        off = sum(sizes[:i])
-        return gathered[s, off : off + sizes[i]].reshape(shape)
+    def piece(s, j, shape):
+        r, i = _owner(s, world, layout)
+        off = i * per_segment + sum(sizes[:j])
+        return gathered[r, off : off + sizes[j]].reshape(shape)
 
-    o_parts, lse_parts = [o_loc.to(dtype)], [lse_loc.to(dtype)]
-    qt = qhat  # q^ carried back over the segments after s (Eq. 40): [B, H, G, L, D]
-    goff = None  # G at the end of segment s minus G at the end of segment r - 1, as the loop walks s down
-    for s in range(rank - 1, -1, -1):
-        ks = piece(s, 0, (B, H, L, D))
-        vs = piece(s, 1, (B, H, L, DV))
-        logits = scale * (qt @ ks.unsqueeze(2).transpose(-1, -2))  # [B, H, G, L, L]
-        if g is not None:
-            gs = piece(s, 3, (B, L, HQ))
-            # G_i - G_j = (sum of g over segments s+1 .. r-1 and s's rows after j) + G_i (local):
-            # = (gtot_s - gs_j) + sum_{u=s+1}^{r-1} gtot_u + gl_i
-            gtot_s = gs[:, -1]  # [B, HQ]
-            between = goff if goff is not None else torch.zeros_like(gtot_s)
-            row = (gl + between.unsqueeze(1)).reshape(B, L, H, G).permute(0, 2, 3, 1)  # [B, H, G, L]
-            col = (gtot_s.unsqueeze(1) - gs).reshape(B, L, H, G).permute(0, 2, 3, 1)  # [B, H, G, L]
-            logits = logits + row.unsqueeze(-1) + col.unsqueeze(-2)
-            goff = between + gtot_s
-        lse_s = torch.logsumexp(logits, -1)  # [B, H, G, L]
-        o_s = torch.softmax(logits, -1) @ vs.unsqueeze(2)  # [B, H, G, L, DV]
-        o_parts.append(o_s.reshape(B, HQ, L, DV).permute(0, 2, 1, 3))
-        lse_parts.append(lse_s.reshape(B, HQ, L).permute(0, 2, 1))
-        if s > 0:
-            qt = qt @ piece(s, 2, (B, H, D, D)).unsqueeze(2)
-    lse_all = torch.stack(lse_parts)  # [n, B, L, HQ]
-    lse = torch.logsumexp(lse_all, 0)
-    o = sum(torch.exp(l - lse).unsqueeze(-1) * op for l, op in zip(lse_parts, o_parts))
-    o = (o + keep).to(o_loc.dtype)
-    lse = (lse + keep).to(lse_loc.dtype)
+    outs, lses = [], []
+    for i, m in enumerate(mine):
+        o_loc, lse_loc = local[i]
+        o_parts, lse_parts = [o_loc.to(dtype)], [lse_loc.to(dtype)]
+        gl = piece(m, 3, (B, Ls, HQ)) if g is not None else None
+        qt = qhats[i]  # q^ carried back over the segments after s (Eq. 40): [B, H, G, Ls, D]
+        goff = None  # sum of the segment totals of s + 1 .. m - 1 (Eq. 40), as the loop walks s down
+        for s in range(m - 1, -1, -1):
+            ks = piece(s, 0, (B, H, Ls, D))
+            vs = piece(s, 1, (B, H, Ls, DV))
+            logits = scale * (qt @ ks.unsqueeze(2).transpose(-1, -2))  # [B, H, G, Ls, Ls]
+            if g is not None:
+                gs = piece(s, 3, (B, Ls, HQ))
+                gtot_s = gs[:, -1]  # [B, HQ]
+                between = goff if goff is not None else torch.zeros_like(gtot_s)
+                row = (gl + between.unsqueeze(1)).reshape(B, Ls, H, G).permute(0, 2, 3, 1)  # [B, H, G, Ls]
+                col = (gtot_s.unsqueeze(1) - gs).reshape(B, Ls, H, G).permute(0, 2, 3, 1)  # [B, H, G, Ls]
+                logits = logits + row.unsqueeze(-1) + col.unsqueeze(-2)
+                goff = between + gtot_s
+            lse_s = torch.logsumexp(logits, -1)  # [B, H, G, Ls]
+            o_s = torch.softmax(logits, -1) @ vs.unsqueeze(2)  # [B, H, G, Ls, DV]
+            o_parts.append(o_s.reshape(B, HQ, Ls, DV).permute(0, 2, 1, 3))
+            lse_parts.append(lse_s.reshape(B, HQ, Ls).permute(0, 2, 1))
+            if s > 0:
+                qt = qt @ piece(s, 2, (B, H, D, D)).unsqueeze(2)
+        lse = torch.logsumexp(torch.stack(lse_parts), 0)  # Eq. 41
+        o = sum(torch.exp(l - lse).unsqueeze(-1) * op for l, op in zip(lse_parts, o_parts))
+        outs.append((o + keep).to(o_loc.dtype))
+        lses.append((lse + keep).to(lse_loc.dtype))
+    o, lse = torch.cat(outs, 1), torch.cat(lses, 1)
     return (o, lse) if return_lse else o

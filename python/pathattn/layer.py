@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .context_parallel import context_parallel_attention, previous_rank_tail
+from .context_parallel import context_parallel_attention, conv_with_halo
 from .ops import DecodeCache, decode, path_attention, prefill
 
 
@@ -90,10 +90,11 @@ class PaTHAttention(nn.Module):
     the gate enters the logits, 'none' (ours, the default): scale * s_ij + G_i - G_j; 'fla': scale * (s_ij + G_i -
     G_j), fla's convention (its layer scales the gate by head_dim^-1/2), for fla checkpoints.
 
-    Context parallelism: forward(x, cp_group=group) with x this rank's segment of the sequences (rank r of the
-    torch.distributed group holds tokens [r L, (r + 1) L)): the short convolution takes the previous rank's last
-    conv_size - 1 inputs, the attention runs through pathattn.context_parallel_attention; outputs and gradients
-    equal one forward over the whole sequence (tests/python/test_context_parallel.py).
+    Context parallelism: forward(x, cp_group=group, cp_layout="contiguous" | "zigzag") with x this rank's rows of
+    the sequences (contiguous: rank r of the torch.distributed group holds tokens [r L, (r + 1) L); zigzag: segments
+    r and 2 n - 1 - r of 2 n): the short convolution takes each segment's predecessor's last conv_size - 1 inputs,
+    the attention runs through pathattn.context_parallel_attention; outputs and gradients equal one forward over
+    the whole sequence (tests/python/test_context_parallel.py).
 
     Generation: forward(x, cache=PaTHLayerCache()) runs the prompt (prefill) and keeps the layer's state; later
     calls with the same cache append their tokens (pathattn.decode: CPU float32, or CUDA with q, k, v in
@@ -174,6 +175,7 @@ class PaTHAttention(nn.Module):
         cu_seqlens: Optional[torch.Tensor] = None,
         cache: Optional[PaTHLayerCache] = None,
         cp_group=None,
+        cp_layout: str = "contiguous",
     ) -> torch.Tensor:
         if cache is not None and cu_seqlens is not None:
             raise ValueError("pathattn: PaTHAttention takes a cache or cu_seqlens, not both (decode has no varlen)")
@@ -193,8 +195,8 @@ class PaTHAttention(nn.Module):
         if self.use_w_shortconv:
             if cache is not None and cache.kv is not None:  # decoding: continue after the cached inputs
                 w, cache.conv = self.w_conv1d.step(w, cache.conv)
-            elif cp_group is not None:  # context parallel: continue after the previous rank's last inputs
-                w, _ = self.w_conv1d.step(w, previous_rank_tail(w, self.conv_size - 1, cp_group))
+            elif cp_group is not None:  # context parallel: each segment continues after the previous one's last inputs
+                w = conv_with_halo(self.w_conv1d.step, w, self.conv_size - 1, cp_group, cp_layout)
             else:
                 if cache is not None:  # prefill: keep the last K - 1 inputs (zeros before a short prompt)
                     K = self.conv_size
@@ -209,7 +211,7 @@ class PaTHAttention(nn.Module):
             g = g * D ** -0.5
 
         if cp_group is not None:
-            o = context_parallel_attention(q, k, v, w, beta, g, group=cp_group)
+            o = context_parallel_attention(q, k, v, w, beta, g, group=cp_group, layout=cp_layout)
         elif cache is None:
             o = path_attention(q, k, v, w, beta, g, cu_seqlens=cu_seqlens)  # [B, T, HQ, D]
         elif cache.kv is None:  # prefill: the key cache on the tokens' device

@@ -14,8 +14,16 @@ def init(rank, world, init_file):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
 
 
-def segment(t, rank, L):
-    return None if t is None else t[:, rank * L : (rank + 1) * L]
+def segment(t, rank, L, layout="contiguous", world=None):
+    """This rank's L rows of a full-sequence tensor under the layout (pathattn.context_parallel.owned_segments)."""
+    if t is None:
+        return None
+    if layout == "contiguous":
+        return t[:, rank * L : (rank + 1) * L]
+    from pathattn.context_parallel import owned_segments
+
+    Ls = L // 2
+    return torch.cat([t[:, s * Ls : (s + 1) * Ls] for s in owned_segments(rank, world, layout)], 1)
 
 
 def op_worker(rank, world, init_file, case):
@@ -27,7 +35,9 @@ def op_worker(rank, world, init_file, case):
     init(rank, world, init_file)
     try:
         B, L, H, HQ, D, DV, gate, dtype, atol = (case[n] for n in ("B", "L", "H", "HQ", "D", "DV", "gate", "dtype", "atol"))
+        layout = case.get("layout", "contiguous")
         T = L * world
+        seg = lambda t: segment(t, rank, L, layout, world)  # noqa: E731
         x = random_inputs(B, T, H, HQ, D, DV, gate=gate, dtype=dtype, seed=case.get("seed", 5))
         x.pop("cu_seqlens", None)
         if case.get("beta_two"):
@@ -41,12 +51,12 @@ def op_worker(rank, world, init_file, case):
         o_ref, lse_ref = pathattn.path_attention(**full, return_lse=True)
         ((o_ref * do).sum() + (lse_ref * dlse).sum()).backward()
 
-        mine = {n: segment(x[n], rank, L).clone().requires_grad_() for n in names}
-        o, lse = context_parallel_attention(**mine, return_lse=True)
-        ((o * segment(do, rank, L)).sum() + (lse * segment(dlse, rank, L)).sum()).backward()
+        mine = {n: seg(x[n]).clone().requires_grad_() for n in names}
+        o, lse = context_parallel_attention(**mine, return_lse=True, layout=layout)
+        ((o * seg(do)).sum() + (lse * seg(dlse)).sum()).backward()
 
-        checks = [("o", o, segment(o_ref, rank, L)), ("lse", lse, segment(lse_ref, rank, L))]
-        checks += [("d" + n, mine[n].grad, segment(full[n].grad, rank, L)) for n in names]
+        checks = [("o", o, seg(o_ref)), ("lse", lse, seg(lse_ref))]
+        checks += [("d" + n, mine[n].grad, seg(full[n].grad)) for n in names]
         for name, a, ref in checks:
             err = (a.detach() - ref.detach()).abs().max().item()
             scale = max(1.0, ref.abs().max().item())
@@ -147,6 +157,8 @@ def layer_worker(rank, world, init_file, case):
                                        use_forget_gate=case["gate"]).double()
         B, T = 2, case["L"] * world
         L = case["L"]
+        layout = case.get("layout", "contiguous")
+        seg = lambda t: segment(t, rank, L, layout, world)  # noqa: E731
         gen = torch.Generator().manual_seed(3)
         x = torch.randn(B, T, 32, generator=gen, dtype=torch.float64)
         dy = torch.randn(B, T, 32, generator=gen, dtype=torch.float64)
@@ -154,12 +166,12 @@ def layer_worker(rank, world, init_file, case):
         (layer(xf) * dy).sum().backward()
         ref_grads = {n: p.grad.clone() for n, p in layer.named_parameters()}
         layer.zero_grad()
-        xs = segment(x, rank, L).clone().requires_grad_()
-        y = layer(xs, cp_group=dist.group.WORLD)
-        (y * segment(dy, rank, L)).sum().backward()
+        xs = seg(x).clone().requires_grad_()
+        y = layer(xs, cp_group=dist.group.WORLD, cp_layout=layout)
+        (y * seg(dy)).sum().backward()
         with torch.no_grad():
             y_ref = layer(x)
-        checks = [("y", y, segment(y_ref, rank, L)), ("dx", xs.grad, segment(xf.grad, rank, L))]
+        checks = [("y", y, seg(y_ref)), ("dx", xs.grad, seg(xf.grad))]
         for n, p in layer.named_parameters():
             g = p.grad.clone()
             dist.all_reduce(g)

@@ -36,6 +36,11 @@ CASES = {
                       beta_two=True),
     # f32 through the fast CPU path, segments longer than one chunk and not a multiple of it
     "gqa_gate_f32": dict(B=1, L=70, H=2, HQ=4, D=16, DV=16, gate=True, dtype=torch.float32, atol=10 * F32_VS_REFERENCE_ATOL),
+    # zig-zag: rank r holds segments r and 2 n - 1 - r (of L / 2 rows each)
+    "zigzag_gqa_gate_f64": dict(B=1, L=20, H=2, HQ=4, D=8, DV=8, gate=True, dtype=torch.float64,
+                                atol=F64_VS_REFERENCE_ATOL, layout="zigzag"),
+    "zigzag_mha_f64": dict(B=2, L=14, H=1, HQ=1, D=8, DV=4, gate=False, dtype=torch.float64,
+                           atol=F64_VS_REFERENCE_ATOL, layout="zigzag"),
 }
 
 
@@ -43,6 +48,15 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_context_parallel_equals_one_process(world, case, tmp_path):
     spawn(cp_worker.op_worker, world, tmp_path, CASES[case])
+
+
+def test_owned_segments():
+    from pathattn.context_parallel import owned_segments
+
+    assert [owned_segments(r, 4) for r in range(4)] == [[0], [1], [2], [3]]
+    assert [owned_segments(r, 4, "zigzag") for r in range(4)] == [[0, 7], [1, 6], [2, 5], [3, 4]]
+    with pytest.raises(RuntimeError, match="layout must be one of"):
+        owned_segments(0, 2, "ring")
 
 
 def test_segments_of_different_lengths_are_an_error(tmp_path):
@@ -85,8 +99,10 @@ def test_needs_an_initialised_process_group():
         context_parallel_attention(**x, beta=torch.zeros(1, 4, 1))
 
 
-@pytest.mark.parametrize("world,config", [(2, dict(kv_heads=4, gate=False, L=20)), (4, dict(kv_heads=2, gate=True, L=9))])
+@pytest.mark.parametrize("world,config", [(2, dict(kv_heads=4, gate=False, L=20)), (4, dict(kv_heads=2, gate=True, L=9)),
+                                          (2, dict(kv_heads=2, gate=True, L=12, layout="zigzag"))])
 def test_layer_with_cp_group_equals_the_whole_sequence(world, config, tmp_path):
-    """The layer's short convolution reads the previous rank's last inputs; outputs, dx and every parameter's
-    gradient (summed over the ranks) equal the layer over the whole sequence."""
+    """The layer's short convolution reads the previous segment's last inputs (another rank's; zig-zag: the same
+    rank's for the middle segments); outputs, dx and every parameter's gradient (summed over the ranks) equal the
+    layer over the whole sequence."""
     spawn(cp_worker.layer_worker, world, tmp_path, config)
