@@ -106,3 +106,25 @@ def test_layer_with_cp_group_equals_the_whole_sequence(world, config, tmp_path):
     rank's for the middle segments); outputs, dx and every parameter's gradient (summed over the ranks) equal the
     layer over the whole sequence."""
     spawn(cp_worker.layer_worker, world, tmp_path, config)
+
+
+def test_example_training_has_the_same_losses_for_every_world_size(tmp_path):
+    """examples/train_context_parallel.py (a small PaTH LM, DDP x context parallel): the same data order and the
+    same losses in f64 for one process, 1 x 2 (contiguous) and 2 x 2 (zig-zag) ranks."""
+    import subprocess
+    import sys
+
+    script = os.path.join(HERE, "..", "..", "examples", "train_context_parallel.py")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    runs = {"single": ["--single"], "cp2": ["--spawn", "2", "--cp", "2"],
+            "dp2_cp2_zigzag": ["--spawn", "4", "--cp", "2", "--layout", "zigzag"]}
+    losses = {}
+    for name, extra in runs.items():
+        out = tmp_path / f"{name}.txt"
+        subprocess.run([sys.executable, script, "--device", "cpu", "--dtype", "float64", "--steps", "4", "--T", "48",
+                        "--losses", str(out)] + extra, check=True, env=env, timeout=300)
+        losses[name] = [float(v) for v in out.read_text().split()]
+    assert len(losses["single"]) == 4
+    for name in ("cp2", "dp2_cp2_zigzag"):
+        for a, b in zip(losses[name], losses["single"]):
+            assert abs(a - b) <= 1e-9 * abs(b), (name, losses[name], losses["single"])
