@@ -3,6 +3,7 @@
 # in one process; data parallel x context parallel training equals one process; mismatched segments are errors.
 # The workers are in cp_worker.py (spawned processes import it).
 import os
+import time
 
 import pytest
 import torch
@@ -21,11 +22,20 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+SPAWN_TIMEOUT_S = 300  # a mismatch of collectives between ranks hangs instead of failing: bound it
+
+
 def spawn(fn, world, tmp_path, case):
     # Spawned interpreters find pathattn and the test helpers through PYTHONPATH.
     paths = [HERE, os.path.join(HERE, "..", "..", "python")] + os.environ.get("PYTHONPATH", "").split(os.pathsep)
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    mp.spawn(fn, args=(world, str(tmp_path / "init"), case), nprocs=world, join=True)
+    ctx = mp.spawn(fn, args=(world, str(tmp_path / "init"), case), nprocs=world, join=False)
+    deadline = time.monotonic() + SPAWN_TIMEOUT_S
+    while not ctx.join(timeout=1):  # raises when a rank fails
+        if time.monotonic() > deadline:
+            for proc in ctx.processes:
+                proc.terminate()
+            pytest.fail(f"{fn.__name__} with {world} processes did not finish in {SPAWN_TIMEOUT_S} s")
 
 
 CASES = {
