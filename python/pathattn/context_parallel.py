@@ -9,9 +9,9 @@ partial results merge by lse (Eq. 41). Everything but the local op is differenti
 travel in one autograd-aware all-gather, whose backward sums every rank's gradient of a summary and hands it to the
 rank that owns it. Works with any backend (gloo on CPUs, NCCL on GPUs).
 
-What it is and is not (docs/python.md "Context parallelism"): the cross-segment blocks are dense PyTorch softmax
-attention (an L x L logit tile per pair of segments, L = T / n), fine for the CPU tests and moderate L; a fused
-kernel for those non-causal blocks is what long sequences on GPUs need next. Segments in rank order (layout
+What it is and is not (docs/python.md "Context parallelism"): the cross-segment blocks are PyTorch softmax
+attention in tiles (block_attention.py: memory O(tile^2) per step, its own backward), linear in memory but not a
+fused kernel; a fused kernel for those non-causal blocks is what long sequences on GPUs need for speed. Segments in rank order (layout
 "contiguous") or zig-zag (two segments per rank, balanced causal work).
 """
 from typing import Optional
@@ -19,6 +19,7 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
+from .block_attention import block_attention
 from .ops import path_attention
 
 CHUNK = 64  # rows per UT factor in the segment summaries (docs/math.md Eq. 10)
@@ -240,17 +241,20 @@ def context_parallel_attention(
         for s in range(m - 1, -1, -1):
             ks = piece(s, 0, (B, H, Ls, D))
             vs = piece(s, 1, (B, H, Ls, DV))
-            logits = scale * (qt @ ks.unsqueeze(2).transpose(-1, -2))  # [B, H, G, Ls, Ls]
+            row = col = None
             if g is not None:
                 gs = piece(s, 3, (B, Ls, HQ))
                 gtot_s = gs[:, -1]  # [B, HQ]
                 between = goff if goff is not None else torch.zeros_like(gtot_s)
                 row = (gl + between.unsqueeze(1)).reshape(B, Ls, H, G).permute(0, 2, 3, 1)  # [B, H, G, Ls]
                 col = (gtot_s.unsqueeze(1) - gs).reshape(B, Ls, H, G).permute(0, 2, 3, 1)  # [B, H, G, Ls]
-                logits = logits + row.unsqueeze(-1) + col.unsqueeze(-2)
+                col = col.unsqueeze(-2)  # [B, H, G, 1, Ls]
                 goff = between + gtot_s
-            lse_s = torch.logsumexp(logits, -1)  # [B, H, G, Ls]
-            o_s = torch.softmax(logits, -1) @ vs.unsqueeze(2)  # [B, H, G, Ls, DV]
+            # softmax(scale qt k^T + col) v over the whole segment s (tiled, block_attention.py); the row term of
+            # the gate only shifts lse.
+            o_s, lse_s = block_attention(qt, ks.unsqueeze(2), vs.unsqueeze(2), col, scale)  # [B, H, G, Ls, DV]
+            if row is not None:
+                lse_s = lse_s + row
             o_parts.append(o_s.reshape(B, HQ, Ls, DV).permute(0, 2, 1, 3))
             lse_parts.append(lse_s.reshape(B, HQ, Ls).permute(0, 2, 1))
             if s > 0:

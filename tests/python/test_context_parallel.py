@@ -138,3 +138,26 @@ def test_example_training_has_the_same_losses_for_every_world_size(tmp_path):
     for name in ("cp2", "dp2_cp2_zigzag"):
         for a, b in zip(losses[name], losses["single"]):
             assert abs(a - b) <= 1e-9 * abs(b), (name, losses[name], losses["single"])
+
+
+@pytest.mark.parametrize("with_col", [False, True])
+def test_block_attention_matches_the_dense_form_and_finite_differences(with_col):
+    """The tiled cross-segment attention (pathattn/block_attention.py): o and lse equal the dense softmax; its
+    backward (o and lse both used by the loss, tiles smaller than the blocks, k, v, col broadcast over 3 query heads)
+    passes gradcheck in f64."""
+    from pathattn.block_attention import block_attention
+    from tolerances import GRADCHECK_ATOL, GRADCHECK_EPS, GRADCHECK_RTOL
+
+    gen = torch.Generator().manual_seed(4)
+    B, H, G, Lq, Lk, D, DV = 1, 2, 3, 21, 13, 8, 5
+    mk = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64).requires_grad_()  # noqa: E731
+    q, k, v = mk(B, H, G, Lq, D), mk(B, H, 1, Lk, D), mk(B, H, 1, Lk, DV)
+    col = mk(B, H, G, 1, Lk) if with_col else None
+    o, lse = block_attention(q, k, v, col, 0.4, tile=8)
+    s = 0.4 * (q @ k.transpose(-1, -2)) + (col if with_col else 0)
+    torch.testing.assert_close(o, torch.softmax(s, -1) @ v, atol=F64_VS_REFERENCE_ATOL, rtol=0)
+    torch.testing.assert_close(lse, torch.logsumexp(s, -1), atol=F64_VS_REFERENCE_ATOL, rtol=0)
+    args = (q, k, v, col) if with_col else (q, k, v)
+    fn = (lambda q, k, v, c: block_attention(q, k, v, c, 0.4, tile=8)) if with_col else \
+        (lambda q, k, v: block_attention(q, k, v, None, 0.4, tile=8))
+    assert torch.autograd.gradcheck(fn, args, eps=GRADCHECK_EPS, atol=GRADCHECK_ATOL, rtol=GRADCHECK_RTOL)
