@@ -180,6 +180,7 @@ def context_parallel_attention(
     group=None,
     return_lse: bool = False,
     layout: str = "contiguous",
+    deterministic: bool = True,
 ):
     """PaTH attention over a sequence split across the ranks of `group` (default: the whole world). layout
     "contiguous": rank r holds tokens [r L, (r + 1) L) of every sequence; "zigzag": the sequence in 2 n segments of
@@ -188,7 +189,8 @@ def context_parallel_attention(
     [B, L, H], g [B, L, HQ] (optional) as path_attention takes them. Returns this rank's rows of o [B, L, HQ, DV]
     (and lse [B, L, HQ] f32 with return_lse): equal to path_attention over the whole sequence, gradients included
     (every rank calls backward on its own loss; the summaries' gradients reach their owning ranks). Every rank must
-    call it with the same shapes and layout."""
+    call it with the same shapes and layout. deterministic goes to the local blocks' op (path_attention: the CUDA
+    backward's fixed summation order); the rest is deterministic PyTorch."""
     group = group if group is not None else dist.group.WORLD
     _check(q, k, v, w, beta, g, group)
     rank, world = dist.get_rank(group), dist.get_world_size(group)
@@ -209,7 +211,7 @@ def context_parallel_attention(
     local, qhats, flat, sizes = [], [], [], None
     for i in range(len(mine)):
         qi, ki, vi, wi, bi, gi = (rows(t, i) for t in (q, k, v, w, beta, g))
-        local.append(path_attention(qi, ki, vi, wi, bi, gi, scale=scale, return_lse=True))
+        local.append(path_attention(qi, ki, vi, wi, bi, gi, scale=scale, return_lse=True, deterministic=deterministic))
         qhat, khat, p_seg = segment_summary(qi, ki, wi, bi)
         qhats.append(qhat)
         pieces = [khat, vi.to(dtype).permute(0, 2, 1, 3), p_seg]
