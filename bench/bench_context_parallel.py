@@ -39,9 +39,6 @@ def inputs(B, L, H, D, gate, device, dtype, seed):
         x["g"] = torch.nn.functional.logsigmoid(mk(B, L, H)).to(device)
     for t in x.values():
         t.requires_grad_()
-    if device == "cpu":
-        for n in x:
-            x[n] = x[n].detach().float().requires_grad_()
     return x
 
 

@@ -11,8 +11,8 @@ rank that owns it. Works with any backend (gloo on CPUs, NCCL on GPUs).
 
 What it is and is not (docs/python.md "Context parallelism"): the cross-segment blocks are PyTorch softmax
 attention in tiles (block_attention.py: memory O(tile^2) per step, its own backward), linear in memory but not a
-fused kernel; a fused kernel for those non-causal blocks is what long sequences on GPUs need for speed. Segments in rank order (layout
-"contiguous") or zig-zag (two segments per rank, balanced causal work).
+fused kernel, which long sequences on GPUs need for speed. Segments in rank order (layout "contiguous") or zig-zag
+(two segments per rank, balanced causal work).
 """
 from typing import Optional
 
@@ -94,26 +94,17 @@ def segment_summary(q, k, w, beta, chunk: int = CHUNK):
     return qhat, khat, p_seg
 
 
-def _check(q, k, v, w, beta, g, group):
+def _check_initialised():
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("pathattn: context_parallel_attention needs torch.distributed initialised "
                            "(dist.init_process_group)")
-    for name, t in dict(q=q, k=k, v=v, w=w, beta=beta).items():
-        if t.dim() != (3 if name == "beta" else 4):
-            raise RuntimeError(f"pathattn: {name} must have {3 if name == 'beta' else 4} dimensions, got {tuple(t.shape)}")
+
+
+def _check_same_shapes(q, k, v, g, group):
+    """Every rank's rows must have the same shapes (the all-gather moves equal blocks); the local op has checked each
+    rank's tensors against each other already."""
     B, L, HQ, D = q.shape
-    H = k.shape[2]
-    if H == 0 or HQ % H:
-        raise RuntimeError(f"pathattn: q's heads ({HQ}) must be a multiple of k's ({H})")
-    for name, t, want in [("k", k, (B, L, H, D)), ("w", w, (B, L, H, D)), ("beta", beta, (B, L, H))]:
-        if tuple(t.shape) != want:
-            raise RuntimeError(f"pathattn: {name} must have shape {list(want)} (this rank's segment), got {list(t.shape)}")
-    if tuple(v.shape[:3]) != (B, L, H):
-        raise RuntimeError(f"pathattn: v must have shape [{B}, {L}, {H}, DV], got {list(v.shape)}")
-    if g is not None and tuple(g.shape) != (B, L, HQ):
-        raise RuntimeError(f"pathattn: g must have shape [{B}, {L}, {HQ}], got {list(g.shape)}")
-    # Every rank's segment must have the same shape (the all-gather moves equal blocks).
-    shape = torch.tensor([B, L, HQ, H, D, v.shape[3], int(g is not None)], dtype=torch.int64)
+    shape = torch.tensor([B, L, HQ, k.shape[2], D, v.shape[3], int(g is not None)], dtype=torch.int64)
     if dist.get_backend(group) == "nccl":
         shape = shape.to(q.device)
     shapes = [torch.empty_like(shape) for _ in range(dist.get_world_size(group))]
@@ -191,27 +182,32 @@ def context_parallel_attention(
     (every rank calls backward on its own loss; the summaries' gradients reach their owning ranks). Every rank must
     call it with the same shapes and layout. deterministic goes to the local blocks' op (path_attention: the CUDA
     backward's fixed summation order); the rest is deterministic PyTorch."""
+    _check_initialised()
     group = group if group is not None else dist.group.WORLD
-    _check(q, k, v, w, beta, g, group)
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     mine = owned_segments(rank, world, layout)
+    if q.dim() != 4:
+        raise RuntimeError(f"pathattn: q must have 4 dimensions [B, L, HQ, D], got {tuple(q.shape)}")
     B, L, HQ, D = q.shape
     if L % len(mine):
         raise RuntimeError(f"pathattn: layout 'zigzag' needs an even number of rows per rank (two segments), got {L}")
     Ls = L // len(mine)
-    H, DV = k.shape[2], v.shape[3]
-    G = HQ // H
-    scale = D ** -0.5 if scale is None else float(scale)
-    dtype = torch.promote_types(q.dtype, torch.float32)
 
     def rows(t, i):
         return None if t is None else t[:, i * Ls : (i + 1) * Ls]
 
-    # Per own segment: the local block (the op) and the summaries (Eq. 38-39), packed for one all-gather.
-    local, qhats, flat, sizes = [], [], [], None
+    # Per own segment the local block: the op, which also checks this rank's tensors (errors naming the argument).
+    local = [path_attention(*(rows(t, i) for t in (q, k, v, w, beta, g)), scale=scale, return_lse=True,
+                            deterministic=deterministic) for i in range(len(mine))]
+    _check_same_shapes(q, k, v, g, group)
+    H, DV = k.shape[2], v.shape[3]
+    G = HQ // H
+    scale = D ** -0.5 if scale is None else float(scale)
+    dtype = torch.promote_types(q.dtype, torch.float32)
+    # Per own segment the summaries (Eq. 38-39), packed for one all-gather.
+    qhats, flat, sizes = [], [], None
     for i in range(len(mine)):
         qi, ki, vi, wi, bi, gi = (rows(t, i) for t in (q, k, v, w, beta, g))
-        local.append(path_attention(qi, ki, vi, wi, bi, gi, scale=scale, return_lse=True, deterministic=deterministic))
         qhat, khat, p_seg = segment_summary(qi, ki, wi, bi)
         qhats.append(qhat)
         pieces = [khat, vi.to(dtype).permute(0, 2, 1, 3), p_seg]

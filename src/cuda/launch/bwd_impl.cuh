@@ -47,13 +47,18 @@ bool use_wgmma_main() {
 }
 
 // PATHATTN_BWD_BULK=1: the wgmma main kernel's dQ^ / dP additions by bulk reductions (its kBulk instances),
-// opt-in until they have run on a GPU (tools/gpu_check.sh bwd's BWD_VARIANTS times them beside the atomics).
+// opt-in until they have run on a GPU (tools/gpu_check.sh bulk tests and times them beside the atomics).
 inline bool bulk_reduce_requested() {
   static const bool on = [] {
     const char* e = std::getenv("PATHATTN_BWD_BULK");
     return e && std::strcmp(e, "1") == 0;
   }();
   return on;
+}
+// The wgmma main kernel's instance for bulk_reduce_requested() (both instances take the same arguments).
+template <typename T, bool kGate, bool kDet>
+auto wgmma_main_instance() {
+  return bulk_reduce_requested() ? bwd_main_wgmma_kernel<T, kGate, kDet, true> : bwd_main_wgmma_kernel<T, kGate, kDet, false>;
 }
 
 }  // namespace bwd_launch_detail
@@ -64,11 +69,9 @@ BwdGrid bwd_grid(int group) {
   g.wgmma_main = bwd_launch_detail::use_wgmma_main<D>();
   if constexpr (D == 64)
     if (g.wgmma_main)
-      g.main_ctas = bwd_launch_detail::bulk_reduce_requested()
-                        ? bwd_launch_detail::resident(bwd_main_wgmma_kernel<T, kGate, kDet, true>, 128,
-                                                      BwdWgSmem::bytes(group, kGate, true), "bwd_main_wgmma_kernel")
-                        : bwd_launch_detail::resident(bwd_main_wgmma_kernel<T, kGate, kDet, false>, 128,
-                                                      BwdWgSmem::bytes(group, kGate, false), "bwd_main_wgmma_kernel");
+      g.main_ctas = bwd_launch_detail::resident(bwd_launch_detail::wgmma_main_instance<T, kGate, kDet>(), 128,
+                                                BwdWgSmem::bytes(group, kGate, bwd_launch_detail::bulk_reduce_requested()),
+                                                "bwd_main_wgmma_kernel");
   if (!g.wgmma_main)
     g.main_ctas = bwd_launch_detail::resident(bwd_main_kernel<T, D, kGate, kDet>, 128, BwdMainSmem<D>::bytes(group, kGate),
                                               "bwd_main_kernel");
@@ -96,16 +99,11 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
           tensor_map_2d(p.ws.step, static_cast<int64_t>(p.num_chunks) * p.H * 64, 64, 64, 64, 64, "the E workspace");
       const CUtensorMap tm_slot = tensor_map_2d(p.slots, static_cast<int64_t>(grid.main_ctas) * p.slot_chunks * kChunk, 64,
                                                 64, 64, 64, "the backward's slots");
-      auto launch = [&](auto kernel, bool bulk) {
-        const int bytes = BwdWgSmem::bytes(p.group, kGate, bulk);
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-        kernel<<<grid.main_ctas, 128, bytes, stream>>>(p, tm_q, tm_do, tm_step, tm_slot);
-        CUDA_CHECK_LAUNCH("bwd_main_wgmma_kernel");
-      };
-      if (bwd_launch_detail::bulk_reduce_requested())
-        launch(bwd_main_wgmma_kernel<T, kGate, kDet, true>, true);
-      else
-        launch(bwd_main_wgmma_kernel<T, kGate, kDet, false>, false);
+      const auto kernel = bwd_launch_detail::wgmma_main_instance<T, kGate, kDet>();
+      const int bytes = BwdWgSmem::bytes(p.group, kGate, bwd_launch_detail::bulk_reduce_requested());
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+      kernel<<<grid.main_ctas, 128, bytes, stream>>>(p, tm_q, tm_do, tm_step, tm_slot);
+      CUDA_CHECK_LAUNCH("bwd_main_wgmma_kernel");
     }
   } else {
     const int bytes = BwdMainSmem<D>::bytes(p.group, kGate);
