@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "config_io.h"
+#include "dir_ops.h"
 
 namespace pathattn::model {
 
@@ -84,7 +85,7 @@ std::string checkpoint_dir(const std::string& path) {
 void save_checkpoint(Transformer& model, torch::optim::AdamW& opt, const std::string& dir, const TrainerState& state,
                      const TaskConfig& task, const std::string& data_state) {
   const fs::path tmp = dir + ".tmp", old = dir + ".old";
-  fs::remove_all(tmp);
+  remove_tree(tmp.string());
   fs::create_directories(tmp);
   torch::save(model, (tmp / kModel).string());
   torch::save(opt, (tmp / kOptim).string());
@@ -95,10 +96,10 @@ void save_checkpoint(Transformer& model, torch::optim::AdamW& opt, const std::st
   std::snprintf(counters, sizeof counters, "%ld\n%.17g %ld\n%.17g\n", static_cast<long>(state.step), state.loss_sum,
                 static_cast<long>(state.loss_count), state.seconds);
   write_text(tmp / kStep, counters);  // last: a folder with step.txt is complete
-  fs::remove_all(old);
+  remove_tree(old.string());
   if (fs::exists(dir)) fs::rename(dir, old);
   fs::rename(tmp, dir);
-  fs::remove_all(old);
+  remove_tree(old.string());
 }
 
 CheckpointInfo read_checkpoint_info(const std::string& path) {

@@ -1,5 +1,7 @@
 #include "lm_shard.h"
 
+#include "dir_ops.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -133,8 +135,7 @@ std::vector<std::string> split_shards(const std::string& dir, const std::string&
   // Every <split>-NNNNN.tok present, so that a gap (a shard that did not arrive) is an error, not less data.
   int64_t present = 0, highest = -1;
   const std::string prefix = split + "-";
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string n = e.path().filename().string();
+  for (const std::string& n : list_folder(dir)) {
     if (n.size() == prefix.size() + 9 && n.compare(0, prefix.size(), prefix) == 0 && n.substr(n.size() - 4) == ".tok") {
       ++present;
       highest = std::max<int64_t>(highest, std::stoll(n.substr(prefix.size(), 5)));

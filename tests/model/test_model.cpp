@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
+#include "checkpoint.h"
+#include "dir_ops.h"
 #include "test_util.h"
 #include "tolerances_model.h"
 #include "trainer.h"
@@ -135,7 +138,7 @@ TEST(Model, SaveLoadGivesIdenticalLogits) {
     torch::NoGradGuard ng;
     EXPECT_TRUE(torch::equal(a->forward(tokens), b->forward(tokens))) << label(m);
   }
-  std::filesystem::remove_all(dir);
+  pathattn::model::remove_tree(dir);
 }
 
 // Causality of the whole model, every mechanism: tokens after position t change no logit before t (and do change
@@ -243,7 +246,7 @@ TEST(Model, CheckpointResumeIsExact) {
   EXPECT_EQ(r.steps_done, 12);
   auto pa = straight->parameters(), pb = resumed->parameters();
   for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::allclose(pa[i], pb[i], 0, 0)) << "parameter " << i;
-  std::filesystem::remove_all(dir);
+  pathattn::model::remove_tree(dir);
   at::set_num_threads(threads);
 }
 
@@ -266,4 +269,58 @@ TEST(Model, BadConfigurationIsRejected) {
   c.n_head = 4;
   EXPECT_THROW(Transformer{c}, std::invalid_argument);
   EXPECT_THROW(parse_mechanism("alibi"), std::invalid_argument);
+}
+
+// dir_ops.h: the folder operations that replace std::filesystem's iterators (which crashed against torch 2.11's
+// exported copies on the GPU machine).
+TEST(DirOps, ListsSortedAndRemovesTreesWithoutFollowingLinks) {
+  namespace fs = std::filesystem;
+  const fs::path d = temp_dir("dirops");
+  const fs::path outside = temp_dir("dirops_outside");
+  std::ofstream(outside / "keep.txt") << "kept";
+  fs::create_directories(d / "b" / "deep" / "deeper");
+  std::ofstream(d / "c.txt") << "1";
+  std::ofstream(d / "a.txt") << "2";
+  std::ofstream(d / "b" / "deep" / "deeper" / "x.bin") << "3";
+  fs::create_directory_symlink(outside, d / "b" / "link");
+  EXPECT_EQ(list_folder(d.string()), (std::vector<std::string>{"a.txt", "b", "c.txt"}));
+  EXPECT_EQ(list_folder((d / "b").string()), (std::vector<std::string>{"deep", "link"}));
+  remove_tree(d.string());
+  EXPECT_FALSE(fs::exists(d));
+  EXPECT_TRUE(fs::exists(outside / "keep.txt")) << "remove_tree followed a symbolic link";
+  EXPECT_NO_THROW(remove_tree(d.string()));  // absent: nothing to do
+  std::ofstream(d.string() + ".file") << "f";
+  remove_tree(d.string() + ".file");  // a plain file
+  EXPECT_FALSE(fs::exists(d.string() + ".file"));
+  try {
+    list_folder(d.string());
+    ADD_FAILURE() << "listing a missing folder did not throw";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(d.string()), std::string::npos) << e.what();
+  }
+  remove_tree(outside.string());
+}
+
+// A run that checkpoints at every step in one process (the GPU machine's crash was the second save's removal of
+// the previous checkpoint): the last save is the one left, with no .tmp / .old folder beside it.
+TEST(DirOps, RepeatedCheckpointsInOneRun) {
+  namespace fs = std::filesystem;
+  FlipFlopConfig fc;
+  fc.pairs = 8;
+  auto task = make_flipflop(fc);
+  const fs::path d = temp_dir("ckpt_repeat");
+  TrainConfig tc;
+  tc.steps = 5;
+  tc.batch = 2;
+  tc.warmup = 1;
+  tc.eval_every = 0;
+  tc.eval_size = 4;
+  tc.log_every = 0;
+  tc.ckpt_every = 1;
+  tc.out_dir = (d / "run").string();
+  Transformer model(tiny(Mechanism::rope, task->vocab()));
+  train(model, *task, tc, "repeat");
+  EXPECT_EQ(read_checkpoint_info((d / "run" / "ckpt").string()).state.step, 5);
+  EXPECT_EQ(list_folder((d / "run").string()), (std::vector<std::string>{"ckpt", "metrics.csv"}));
+  remove_tree(d);
 }

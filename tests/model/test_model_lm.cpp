@@ -9,6 +9,7 @@
 
 #include "checkpoint.h"
 #include "config_io.h"
+#include "dir_ops.h"
 #include "lm_eval.h"
 #include "task_lm.h"
 #include "test_util.h"
@@ -100,7 +101,7 @@ TEST(ModelLmShard, WriteThenReadGivesTheTokens) {
   ASSERT_EQ(s.size(), 1234);
   EXPECT_TRUE(std::equal(t.begin(), t.end(), s.tokens()));
   EXPECT_EQ(fs::file_size(d / "a.tok"), lm::kShardHeaderBytes + 2 * 1234);
-  fs::remove_all(d);
+  pathattn::model::remove_tree(d);
 }
 
 // Every way a shard can be wrong is refused with the file's name and what was expected.
@@ -145,7 +146,7 @@ TEST(ModelLmShard, BadFilesAreRefusedWithTheReason) {
     EXPECT_NE(msg.find(path), std::string::npos) << "the message must name the file: " << msg;
   }
   EXPECT_EQ(error_of([&] { lm::MappedShard s(good_path); }), "");
-  fs::remove_all(d);
+  pathattn::model::remove_tree(d);
 }
 
 TEST(ModelLmShard, SplitShardsAreNumberedWithoutGaps) {
@@ -157,7 +158,7 @@ TEST(ModelLmShard, SplitShardsAreNumberedWithoutGaps) {
   EXPECT_NE(error_of([&] { lm::split_shards(d.string(), "test"); }).find("no test-00000.tok"), std::string::npos);
   fs::remove(d / "train-00001.tok");
   EXPECT_NE(error_of([&] { lm::split_shards(d.string(), "train"); }).find("gaps"), std::string::npos);
-  fs::remove_all(d);
+  pathattn::model::remove_tree(d);
 }
 
 TEST(ModelLmShard, StreamCopiesAcrossShardBoundaries) {
@@ -180,7 +181,7 @@ TEST(ModelLmShard, StreamCopiesAcrossShardBoundaries) {
   // The fingerprint follows the data: another shard set gives another one.
   lm::TokenStream two(lm::split_shards(d.string(), "train", 2));
   EXPECT_NE(two.fingerprint(), s.fingerprint());
-  fs::remove_all(d);
+  pathattn::model::remove_tree(d);
 }
 
 TEST(ModelLmTask, WindowsFollowTheGeneratorAndTheStream) {
@@ -223,7 +224,7 @@ TEST(ModelLmTask, WindowsFollowTheGeneratorAndTheStream) {
   too_long.seq_len = 5000;
   EXPECT_NE(error_of([&] { make_lm(too_long); }).find("has 1611 tokens, fewer than seq_len + 1 = 5001"),
             std::string::npos);
-  fs::remove_all(d);
+  pathattn::model::remove_tree(d);
 }
 
 TEST(ModelLmTrainer, DrawBatchSeedsByStepAndMicroBatch) {
@@ -241,7 +242,7 @@ TEST(ModelLmTrainer, DrawBatchSeedsByStepAndMicroBatch) {
   // With accumulation, micro-batch m of step s is the stream's element s * K + m: all distinct, none repeated.
   EXPECT_TRUE(torch::equal(draw_batch(*task, two, 1, 1).input, draw_batch(*task, one, 3).input));
   EXPECT_FALSE(torch::equal(draw_batch(*task, two, 1, 0).input, draw_batch(*task, two, 1, 1).input));
-  fs::remove_all(d);
+  pathattn::model::remove_tree(d);
 }
 
 // Two micro-batches of B sequences give the gradient of one batch of the same 2B sequences (every position scored,
@@ -275,7 +276,7 @@ TEST(ModelLmTrainer, GradientAccumulationEqualsTheLargerBatch) {
     const double scale = grads[0][i].abs().max().item<double>();
     EXPECT_LT((grads[1][i] - grads[0][i]).abs().max().item<double>(), test_tol::kAccumVsBatch * scale) << "param " << i;
   }
-  fs::remove_all(d);
+  pathattn::model::remove_tree(d);
 }
 
 // A run chunked into invocations (--stop-after, a checkpoint, --resume) is the uninterrupted run: the same weights
@@ -319,8 +320,8 @@ TEST(ModelLmTrainer, ChunkedRunEqualsUninterruptedRun) {
   for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i], pb[i])) << "parameter " << i;
   EXPECT_EQ(curve(out / "straight" / "metrics.csv"), curve(out / "chunked" / "metrics.csv"));
   EXPECT_EQ(curve(out / "straight" / "metrics.csv").size(), 5u);  // header + steps 2, 4, 6, 8
-  fs::remove_all(d);
-  fs::remove_all(out);
+  pathattn::model::remove_tree(d);
+  pathattn::model::remove_tree(out);
   at::set_num_threads(threads);
 }
 
@@ -340,8 +341,8 @@ TEST(ModelLmTrainer, TimeLimitStopsWithACheckpoint) {
   EXPECT_TRUE(r.stopped_early);
   EXPECT_EQ(r.steps_done, 1);
   EXPECT_EQ(read_checkpoint_info((out / "ckpt").string()).state.step, 1);
-  fs::remove_all(d);
-  fs::remove_all(out);
+  pathattn::model::remove_tree(d);
+  pathattn::model::remove_tree(out);
 }
 
 // A resume on other data (another prefix of the shards) or with another model is refused, saying what differs.
@@ -371,8 +372,8 @@ TEST(ModelLmTrainer, ResumeOnOtherDataOrModelIsRefused) {
   Transformer path(tiny(Mechanism::path));
   const std::string model_msg = error_of([&] { train(path, *make_lm(lc), tc, "other model"); });
   EXPECT_NE(model_msg.find("mechanism: rope vs path"), std::string::npos) << model_msg;
-  fs::remove_all(d);
-  fs::remove_all(out);
+  pathattn::model::remove_tree(d);
+  pathattn::model::remove_tree(out);
 }
 
 TEST(ModelLmCheckpoint, ConfigRoundTripsAndBadTextIsRefused) {
@@ -441,13 +442,13 @@ TEST(ModelLmCheckpoint, FoundFromTheRunFolderAndAfterAnInterruptedSave) {
     EXPECT_TRUE(has_checkpoint(p.string())) << p;
     EXPECT_EQ(read_checkpoint_info(p.string()).dir, (run / "ckpt.old").string()) << p;
   }
-  fs::remove_all(run / "ckpt.old");
+  pathattn::model::remove_tree(run / "ckpt.old");
   EXPECT_FALSE(has_checkpoint(run.string()));
   const std::string msg = error_of([&] { read_checkpoint_info(run.string()); });
   EXPECT_NE(msg.find("no checkpoint in '" + run.string() + "': '" + (run / "step.txt").string() + "' not found"),
             std::string::npos)
       << msg;
-  fs::remove_all(run);
+  pathattn::model::remove_tree(run);
 }
 
 // The paper's conversion: a PaTH (or PaTH-FoX) model from a RoPE checkpoint. Every RoPE tensor is copied; the new
@@ -505,7 +506,7 @@ TEST(ModelLmCheckpoint, InitFromRopeCopiesSharedTensorsAndReportsNewOnes) {
   EXPECT_NE(msg.find("block0.attn.k_proj.weight has shape"), std::string::npos) << msg;
   EXPECT_NE(error_of([&] { init_from_checkpoint(big, (dir / "none").string()); }).find("no checkpoint"),
             std::string::npos);
-  fs::remove_all(dir);
+  pathattn::model::remove_tree(dir);
 }
 
 // Loss by position equals the per-position cross entropy of a direct forward over the same windows, and the CSV
@@ -540,6 +541,6 @@ TEST(ModelLmEval, LossByPositionMatchesADirectForward) {
   int rows = 0;
   while (std::getline(f, row)) ++rows;
   EXPECT_EQ(rows, 3);  // [0,16) [16,32) [32,40)
-  fs::remove_all(csv.parent_path());
-  fs::remove_all(d);
+  pathattn::model::remove_tree(csv.parent_path());
+  pathattn::model::remove_tree(d);
 }

@@ -120,6 +120,23 @@ def test_grid_options_are_checked():
     sweep.check_device(sweep.make_grid(grid("mqrar.heads=8")), "cpu")  # the CPU path takes any D
 
 
+def test_checkpoint_interval_is_not_part_of_a_cell(tmp_path):
+    """How often a run checkpoints does not change its results: a cell recorded with --ckpt-every (as the first GPU
+    sweep wrote them) is the same cell; any other difference is refused."""
+    cell = sweep.make_grid(argparse.Namespace(grid="tiny", tasks="flipflop", only="", set=[]))[0]
+    assert "--ckpt-every" not in cell.train_args()
+    folder = tmp_path / cell.id
+    folder.mkdir()
+    rec = cell.record()
+    rec["args"] = rec["args"] + ["--ckpt-every", "500"]
+    (folder / "cell.json").write_text(json.dumps(rec))
+    assert sweep.cell_state(cell, [str(tmp_path)])[0] == "started"
+    rec["args"][rec["args"].index("--lr") + 1] = "0.5"
+    (folder / "cell.json").write_text(json.dumps(rec))
+    with pytest.raises(SystemExit, match="other options"):
+        sweep.cell_state(cell, [str(tmp_path)])
+
+
 def test_plan_prints_a_total(capsys):
     assert sweep.main(["plan", "--grid", "tiny"]) == 0
     out = capsys.readouterr().out

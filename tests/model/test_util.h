@@ -8,6 +8,7 @@
 #include <string>
 
 #include "config.h"
+#include "dir_ops.h"
 
 namespace pathattn::model::test_util {
 
@@ -25,7 +26,7 @@ inline ModelConfig tiny(Mechanism m, int64_t vocab = 11) {
 // A fresh, empty folder under the system's temporary directory, unique to this process.
 inline std::filesystem::path temp_dir(const std::string& name) {
   auto d = std::filesystem::temp_directory_path() / ("pathattn_model_test_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(d);
+  pathattn::model::remove_tree(d);
   std::filesystem::create_directories(d);
   return d;
 }
