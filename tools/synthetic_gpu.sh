@@ -13,6 +13,9 @@
 #                                          every cell that ends, and summary.csv, to $OUT/synthetic (what comes back).
 #                                          OPTIONS go to sweep_synthetic.py run (e.g. --only 'a5-len20', --set ...)
 #   tools/synthetic_gpu.sh status          cells finished / started / not started per task
+#   tools/synthetic_gpu.sh ckpt-repro      a tiny flip-flop run that checkpoints every 2 steps, on cuda and on the
+#                                          cpu, under gdb where the machine has it: the second checkpoint of a process
+#                                          ended every GPU cell with SIGSEGV on 2026-12-02 (docs/results/synthetic)
 #
 # Cells finished in earlier sessions and committed under SYN_DONE (docs/results/synthetic/cells) are skipped and
 # enter the summary. SYN_DEVICE / SYN_BUILD / SYN_GRID let the same script run the tiny grid on the CPU (how it was
@@ -24,6 +27,9 @@ CMD=${1:-}; shift || true
 : "${SYN_RUNS:=runs/synthetic}" "${SYN_DONE:=docs/results/synthetic/cells}" "${SYN_TASKS:=flipflop,mqrar,a5}"
 : "${SYN_BUDGET:=540}" "${SYN_JOBS_PER_GPU:=4}" "${SYN_GRID:=paper}"
 : "${SYN_DEVICE:=cuda}" "${SYN_BUILD:=build-gpu-torch}"
+# Steps between checkpoints: 0 = only when a run stops (its end or the call's time limit). Not the evaluation
+# interval while a second checkpoint in one process crashes on the GPU machine (see ckpt-repro).
+: "${SYN_CKPT_EVERY:=0}"
 RESULTS=${OUT:-$SYN_RUNS-results}/synthetic
 BUILD=$SYN_BUILD
 done_args=(); [ -d "$SYN_DONE" ] && done_args=(--also-done "$SYN_DONE")
@@ -54,10 +60,24 @@ case "$CMD" in
     mkdir -p "$SYN_RUNS" "$RESULTS"
     "${sweep[@]}" run --grid "$SYN_GRID" --tasks "$SYN_TASKS" --build "$BUILD" --runs "$SYN_RUNS" \
       --results "$RESULTS" "${done_args[@]}" --device "$SYN_DEVICE" --jobs-per-gpu "$SYN_JOBS_PER_GPU" \
-      --budget "$SYN_BUDGET" "$@" 2>&1 | tee -a "$RESULTS/sweep.log"
+      --budget "$SYN_BUDGET" --ckpt-every "$SYN_CKPT_EVERY" "$@" 2>&1 | tee -a "$RESULTS/sweep.log"
     rc=${PIPESTATUS[0]}
     "${sweep[@]}" status --grid "$SYN_GRID" --tasks "$SYN_TASKS" --runs "$SYN_RUNS" "${done_args[@]}"
     exit "$rc"
+    ;;
+  ckpt-repro)
+    for dev in cuda cpu; do
+      d=/tmp/ckpt-repro-$dev; rm -rf "$d"
+      run=("$BUILD/model/pathattn_train" --task flipflop --mechanism rope --layers 1 --width 32 --heads 2 --batch 4
+           --steps 6 --eval-every 2 --eval-size 16 --eval-batch 8 --ckpt-every 2 --log-every 2 --ff-pairs 8
+           --out "$d" --device "$dev")
+      if command -v gdb > /dev/null; then
+        gdb -q -batch -ex run -ex bt -ex 'info threads' --args "${run[@]}" 2>&1 | tail -60
+      else
+        "${run[@]}" 2>&1 | tail -8; echo "(no gdb)"
+      fi
+      echo "ckpt-repro $dev: rc=${PIPESTATUS[0]}; $(ls "$d" 2>/dev/null | tr '\n' ' ')"
+    done
     ;;
   status) "${sweep[@]}" status --grid "$SYN_GRID" --tasks "$SYN_TASKS" --runs "$SYN_RUNS" "${done_args[@]}" ;;
   *) sed -n '2,22p' "$0"; exit 2 ;;
