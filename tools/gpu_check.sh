@@ -22,9 +22,9 @@
 #          SDPA decode steps), DECODE_DRIFT=1 bench/cuda/decode_drift.py (f32 vs bf16 cache over 10,000 steps)
 #   fwd128: the D = 128 forward (wgmma, the default): test_cuda_forward, memcheck on its D = 128 cases, racecheck on
 #          a few small ones, bench_fwd --only 128 with the older mma.sync kernel (PATHATTN_FWD128=mma) and the default
-#   bulk:  the backward's bulk-reduction additions (PATHATTN_BWD_BULK=1, opt-in until this passes): test_cuda_backward
-#          with it (both summation modes), memcheck + racecheck on small cases with it, then bench_fwd --bwd --only 64
-#          without and with it (per-stage times)
+#   bulk:  the backward's two ways of adding dQ^ / dP (bulk reductions, the fast mode's default, and float4 atomics,
+#          the deterministic mode's): test_cuda_backward with each forced in both modes (PATHATTN_BWD_BULK=1 / 0),
+#          memcheck + racecheck on small cases with the bulk one, then bench_fwd --bwd --only 64 with each (stages)
 #   model: only the model's bench_step
 #   model: the C++ model's training-step benchmark (bench_step: PaTH on our CUDA op vs RoPE on SDPA, bf16,
 #          98M parameters, T 4096, batch 8), built against the machine's torch in build-gpu-torch
@@ -187,9 +187,12 @@ fi
 if [ "$MODE" = bulk ]; then
   t0=$(date +%s)
   FILTER=(); [ "${GPU_SKIP_LONG:-0}" = 1 ] && FILTER=(--gtest_filter=-Long/*)
-  PATHATTN_BWD_BULK=1 timeout 400 build-gpu/tests/cuda/test_cuda_backward "${FILTER[@]}" > "$OUT/tests_bulk.log" 2>&1
-  note "test_cuda_backward, PATHATTN_BWD_BULK=1: rc=$?, $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/tests_bulk.log" | tr '\n' ' ')($(( $(date +%s) - t0 )) s)"
-  grep -E '^\[  FAILED  \]' "$OUT/tests_bulk.log" | head -20 | tee -a "$SUMMARY"
+  for b in 1 0; do
+    t0=$(date +%s)
+    PATHATTN_BWD_BULK=$b timeout 400 build-gpu/tests/cuda/test_cuda_backward "${FILTER[@]}" > "$OUT/tests_bulk_$b.log" 2>&1
+    note "test_cuda_backward, PATHATTN_BWD_BULK=$b: rc=$?, $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/tests_bulk_$b.log" | tr '\n' ' ')($(( $(date +%s) - t0 )) s)"
+    grep -E '^\[  FAILED  \]' "$OUT/tests_bulk_$b.log" | head -20 | tee -a "$SUMMARY"
+  done
   for tool in memcheck racecheck; do
     t0=$(date +%s)
     PATHATTN_BWD_BULK=1 timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/cuda/test_cuda_backward \

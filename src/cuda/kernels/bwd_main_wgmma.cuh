@@ -51,8 +51,8 @@ struct BwdWgSmem {
 };
 
 namespace bwd_detail {
-// The bulk path of the dQ^ and dP additions (the kernel's kBulk; opt-in PATHATTN_BWD_BULK=1 until it has run
-// on a GPU): why, docs/perf/notes.md (v4: the two f32 atomic streams are half of the fast mode's time). A 64 x 64
+// The bulk path of the dQ^ and dP additions (the kernel's kBulk: the fast mode's default, launch/bwd_impl.cuh
+// bulk_reduce_for): why, docs/perf/notes.md (v4: the two f32 atomic streams are half of the fast mode's time). A 64 x 64
 // f32 accumulator tile (mma layout, this warp's 16 rows) into the staging tile; ends with a barrier, so that
 // bulk_add_rows may follow. Each thread r < C first waits until the copy engine has read the row it added last.
 __device__ __forceinline__ void stage_acc(const float (&acc)[8][4], float* stage, int row0) {

@@ -46,19 +46,22 @@ bool use_wgmma_main() {
   }
 }
 
-// PATHATTN_BWD_BULK=1: the wgmma main kernel's dQ^ / dP additions by bulk reductions (its kBulk instances),
-// opt-in until they have run on a GPU (tools/gpu_check.sh bulk tests and times them beside the atomics).
-inline bool bulk_reduce_requested() {
-  static const bool on = [] {
+// Whether the wgmma main kernel adds dQ^ / dP by bulk reductions (its kBulk instances) or by float4 atomics.
+// Measured on the H200 (docs/perf/notes.md, v8): bwd_main at 32 x 4096 / 8 x 16384, D 64, fast mode 45.2 -> 42.1 /
+// 183.4 -> 169.6 ms; deterministic mode 62.7 -> 61.3 / 268.0 -> 275.5. So by default the fast mode uses them and the
+// deterministic one does not; PATHATTN_BWD_BULK=1 / =0 forces them on / off in both (A/B runs).
+template <bool kDet>
+bool bulk_reduce_for() {
+  static const int forced = [] {
     const char* e = std::getenv("PATHATTN_BWD_BULK");
-    return e && std::strcmp(e, "1") == 0;
+    return !e ? -1 : std::strcmp(e, "1") == 0 ? 1 : std::strcmp(e, "0") == 0 ? 0 : -1;
   }();
-  return on;
+  return forced < 0 ? !kDet : forced == 1;
 }
-// The wgmma main kernel's instance for bulk_reduce_requested() (both instances take the same arguments).
+// The wgmma main kernel's instance for bulk_reduce_for() (both instances take the same arguments).
 template <typename T, bool kGate, bool kDet>
 auto wgmma_main_instance() {
-  return bulk_reduce_requested() ? bwd_main_wgmma_kernel<T, kGate, kDet, true> : bwd_main_wgmma_kernel<T, kGate, kDet, false>;
+  return bulk_reduce_for<kDet>() ? bwd_main_wgmma_kernel<T, kGate, kDet, true> : bwd_main_wgmma_kernel<T, kGate, kDet, false>;
 }
 
 }  // namespace bwd_launch_detail
@@ -70,7 +73,7 @@ BwdGrid bwd_grid(int group) {
   if constexpr (D == 64)
     if (g.wgmma_main)
       g.main_ctas = bwd_launch_detail::resident(bwd_launch_detail::wgmma_main_instance<T, kGate, kDet>(), 128,
-                                                BwdWgSmem::bytes(group, kGate, bwd_launch_detail::bulk_reduce_requested()),
+                                                BwdWgSmem::bytes(group, kGate, bwd_launch_detail::bulk_reduce_for<kDet>()),
                                                 "bwd_main_wgmma_kernel");
   if (!g.wgmma_main)
     g.main_ctas = bwd_launch_detail::resident(bwd_main_kernel<T, D, kGate, kDet>, 128, BwdMainSmem<D>::bytes(group, kGate),
@@ -100,7 +103,7 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
       const CUtensorMap tm_slot = tensor_map_2d(p.slots, static_cast<int64_t>(grid.main_ctas) * p.slot_chunks * kChunk, 64,
                                                 64, 64, 64, "the backward's slots");
       const auto kernel = bwd_launch_detail::wgmma_main_instance<T, kGate, kDet>();
-      const int bytes = BwdWgSmem::bytes(p.group, kGate, bwd_launch_detail::bulk_reduce_requested());
+      const int bytes = BwdWgSmem::bytes(p.group, kGate, bwd_launch_detail::bulk_reduce_for<kDet>());
       CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
       kernel<<<grid.main_ctas, 128, bytes, stream>>>(p, tm_q, tm_do, tm_step, tm_slot);
       CUDA_CHECK_LAUNCH("bwd_main_wgmma_kernel");
