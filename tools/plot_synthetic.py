@@ -219,6 +219,50 @@ def cmd_flipflop(args):
     return 0
 
 
+def cmd_curves(args):
+    """Evaluation error against the training step for every cell of a task (each cell's metrics.csv): one panel per
+    evaluation set, one colour per mechanism, one line per seed. Shows whether the runs had flattened."""
+    import csv as csv_mod
+    rows = [r for r in sweep.read_summary(args.summary) if r["task"] == args.task]
+    if not rows:
+        raise SystemExit(f"{args.summary}: no {args.task} rows")
+    curves = {}  # cell -> (mechanism, {set: [(step, error %)]})
+    for r in rows:
+        path = os.path.join(args.runs, r["cell"], "metrics.csv")
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            data = list(csv_mod.DictReader(f))
+        sets = [k[:-len("_error")] for k in (data[0] if data else {}) if k.endswith("_error")
+                and not k.endswith("_seq_error")]
+        curves[r["cell"]] = (r["mechanism"], {s: [(int(d["step"]), 100 * float(d[f"{s}_error"])) for d in data]
+                                              for s in sets})
+    if not curves:
+        raise SystemExit(f"{args.runs}: no metrics.csv of a {args.task} cell")
+    sets = sorted({s for _, c in curves.values() for s in c}, key=lambda s: (s != "in_dist", s))
+    plt = plt_module()
+    fig, axes = plt.subplots(1, len(sets), figsize=(4.2 * len(sets), 3.6), squeeze=False)
+    colours = {m: f"C{i}" for i, m in enumerate(MECH_ORDER)}
+    for ax, s in zip(axes[0], sets):
+        seen = set()
+        for cell, (m, c) in sorted(curves.items()):
+            if s not in c:
+                continue
+            steps, errs = zip(*c[s])
+            ax.plot(steps, errs, color=colours.get(m, "k"), alpha=0.8, lw=1.2, label=None if m in seen else m)
+            seen.add(m)
+        ax.set_xlabel("training step")
+        ax.set_ylabel(f"{s} error %")
+        ax.set_title(s)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend()
+    fig.suptitle(args.title or f"{args.task}: evaluation error during training (one line per seed)")
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=120)
+    print(f"plot: {args.out} ({len(curves)} cells)")
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -231,8 +275,14 @@ def main(argv=None):
     p.add_argument("summary")
     p.add_argument("--out", default="", help="markdown file to write the table to")
     p.add_argument("--paper", action="append", metavar="MECH:SET=PERCENT", help="a number of the paper's Table 1")
+    p = sub.add_parser("curves")
+    p.add_argument("summary")
+    p.add_argument("--task", required=True, choices=["a5", "mqrar", "flipflop"])
+    p.add_argument("--runs", required=True, help="the folder holding the cells (their metrics.csv)")
+    p.add_argument("--out", required=True, help="PNG to write")
+    p.add_argument("--title", default="")
     args = ap.parse_args(argv)
-    return {"a5": cmd_a5, "mqrar": cmd_mqrar, "flipflop": cmd_flipflop}[args.cmd](args)
+    return {"a5": cmd_a5, "mqrar": cmd_mqrar, "flipflop": cmd_flipflop, "curves": cmd_curves}[args.cmd](args)
 
 
 if __name__ == "__main__":

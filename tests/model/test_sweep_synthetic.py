@@ -106,6 +106,23 @@ def test_figures_from_a_summary(tmp_path, capsys):
         plot_synthetic.main(["flipflop", str(s), "--paper", "rope=3"])
 
 
+def test_curves_from_the_cells_metrics(tmp_path, capsys):
+    s = summary_file(tmp_path)
+    ff = [r for r in sweep.read_summary(str(s)) if r["task"] == "flipflop"]
+    runs = tmp_path / "runs"
+    with pytest.raises(SystemExit, match="no metrics.csv"):
+        plot_synthetic.main(["curves", str(s), "--task", "flipflop", "--runs", str(runs), "--out", str(tmp_path / "c.png")])
+    for r in ff[:2]:
+        (runs / r["cell"]).mkdir(parents=True)
+        (runs / r["cell"] / "metrics.csv").write_text(
+            "step,elapsed_s,in_dist_loss,in_dist_error,sparse_loss,sparse_error,in_dist_seq_error\n"
+            "500,1,0.1,0.2,0.3,0.4,0.9\n1000,2,0.05,0.1,0.2,0.3,0.8\n")
+    assert plot_synthetic.main(["curves", str(s), "--task", "flipflop", "--runs", str(runs),
+                                "--out", str(tmp_path / "c.png")]) == 0
+    assert "(2 cells)" in capsys.readouterr().out
+    assert (tmp_path / "c.png").stat().st_size > 1000
+
+
 def test_grid_options_are_checked():
     with pytest.raises(SystemExit, match="TASK.KEY=VALUE"):
         sweep.main(["plan", "--grid", "tiny", "--set", "a5.stepz=3"])
