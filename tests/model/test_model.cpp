@@ -309,13 +309,7 @@ TEST(DirOps, RepeatedCheckpointsInOneRun) {
   fc.pairs = 8;
   auto task = make_flipflop(fc);
   const fs::path d = temp_dir("ckpt_repeat");
-  TrainConfig tc;
-  tc.steps = 5;
-  tc.batch = 2;
-  tc.warmup = 1;
-  tc.eval_every = 0;
-  tc.eval_size = 4;
-  tc.log_every = 0;
+  TrainConfig tc = short_train(5, 2, 4);
   tc.ckpt_every = 1;
   tc.out_dir = (d / "run").string();
   Transformer model(tiny(Mechanism::rope, task->vocab()));

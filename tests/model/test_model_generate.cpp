@@ -19,6 +19,7 @@
 #include "trainer.h"
 
 using namespace pathattn::model;
+using test_util::short_train;
 using test_util::temp_dir;
 using test_util::tiny;
 
@@ -198,13 +199,7 @@ TEST(ModelCheckpoint, RoundTripThroughTheLoaderGivesIdenticalLogits) {
     const std::string name = mechanism_name(cfg.mechanism);
     torch::manual_seed(9);
     Transformer model(cfg);
-    TrainConfig tc;
-    tc.steps = 2;
-    tc.batch = 2;
-    tc.warmup = 1;
-    tc.eval_every = 0;
-    tc.eval_size = 2;
-    tc.log_every = 0;
+    TrainConfig tc = short_train(2, 2, 2);
     tc.out_dir = (dir / name).string();
     train(model, *make_task(task), tc, name);
     for (const auto& where : {dir / name, dir / name / "ckpt"}) {  // the run directory or its ckpt/

@@ -9,6 +9,7 @@
 
 #include "config.h"
 #include "dir_ops.h"
+#include "trainer.h"
 
 namespace pathattn::model::test_util {
 
@@ -21,6 +22,19 @@ inline ModelConfig tiny(Mechanism m, int64_t vocab = 11) {
   c.n_head = 2;
   c.mechanism = m;
   return c;
+}
+
+// A short, silent training run: `steps` steps of `batch` sequences, one warm-up step, no evaluation or logging on
+// the way (the last step still evaluates eval_size sequences per set).
+inline TrainConfig short_train(int64_t steps, int64_t batch, int64_t eval_size) {
+  TrainConfig tc;
+  tc.steps = steps;
+  tc.batch = batch;
+  tc.warmup = 1;
+  tc.eval_every = 0;
+  tc.eval_size = eval_size;
+  tc.log_every = 0;
+  return tc;
 }
 
 // A fresh, empty folder under the system's temporary directory, unique to this process.
