@@ -5,12 +5,16 @@
 #   tools/lm_gpu.sh build                 pathattn_train, pathattn_lm_eval and bench_step against the machine's torch
 #                                         with the CUDA op (build-gpu-torch, as gpu_check.sh's torch and model modes)
 #   tools/lm_gpu.sh unpack PART [PART..]  data parts of tools/lm_pack.py into $LM_DATA
-#   tools/lm_gpu.sh probe                 one training step per mechanism at this configuration (bench_step): tokens/s,
-#                                         to size LM_STEPS before the first train call
+#   tools/lm_gpu.sh probe                 one training step per mechanism at this configuration (bench_step): tokens/s;
+#                                         with LM_TRAIN_BUDGET (seconds of GPU time for training, all runs together)
+#                                         it also writes the steps that fit to $LM_RUNS/steps.txt, which LM_STEPS=auto
+#                                         then uses (the calls follow each other within the machine's 30 s idle
+#                                         release: nothing can be computed by hand between them)
 #   tools/lm_gpu.sh train RUN [RUN ..]    trains the runs side by side, run i on GPU i mod (GPUs), each for at most
 #                                         LM_TIME_LIMIT seconds, then checkpoints; call again to continue (--resume)
 #   tools/lm_gpu.sh eval RUN [RUN ..]     pathattn_lm_eval of each run's final checkpoint (valid at T, loss by position)
-#   tools/lm_gpu.sh status | collect      steps done per run | copy metrics, evaluations, logs to $OUT (what comes back)
+#   tools/lm_gpu.sh status | collect      steps done per run | metrics, evaluations, logs into $OUT/lm.tgz (one file:
+#                                         a call brings back at most 8 files, none more than 2 folders down)
 # RUN: path | path-fox | rope | fox | nope, or path-from-rope / path-fox-from-rope: the paper's conversion, PaTH started
 # from rope's final checkpoint (--init-from) and trained LM_CONVERT_STEPS more steps.
 #
@@ -26,7 +30,10 @@ CMD=${1:-}; shift || true
 : "${LM_WIDTH:=512}" "${LM_LAYERS:=8}" "${LM_HEADS:=8}" "${LM_T:=1024}" "${LM_BATCH:=64}" "${LM_ACCUM:=1}"
 : "${LM_STEPS:=2000}" "${LM_LR:=1e-3}" "${LM_WARMUP:=200}" "${LM_EVAL_EVERY:=250}" "${LM_EVAL_SIZE:=256}"
 : "${LM_CONVERT_STEPS:=400}" "${LM_CONVERT_LR:=5e-4}" "${LM_CONVERT_WARMUP:=50}"
-: "${LM_TIME_LIMIT:=480}" "${LM_THREADS:=4}" "${LM_EXTRA:=}"
+: "${LM_TIME_LIMIT:=480}" "${LM_THREADS:=4}" "${LM_EXTRA:=}" "${LM_PROBE_RUNS:=path,path-fox,rope,fox}"
+# Steps between checkpoints: 0 = only when a run stops (its end or LM_TIME_LIMIT), which is all a bounded call needs.
+# Not more often until the fix of the second-checkpoint crash on the GPU machine (model/dir_ops.h) has run there.
+: "${LM_CKPT_EVERY:=0}"
 : "${LM_EVAL_LENGTH:=$((16 * LM_T))}" "${LM_EVAL_WINDOWS:=32}" "${LM_EVAL_BATCH:=1}"
 # LM_DEVICE / LM_PRECISION / LM_BUILD let the same script run a tiny configuration on the CPU (how it was checked).
 : "${LM_DEVICE:=cuda}" "${LM_PRECISION:=bf16}" "${LM_BUILD:=build-gpu-torch}"
@@ -35,8 +42,19 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 
 gpus() { nvidia-smi -L 2>/dev/null | wc -l; }
 
+# LM_STEPS=auto: the steps probe chose for LM_TRAIN_BUDGET.
+steps_of() {
+  if [ "$LM_STEPS" = auto ]; then
+    [ -f "$LM_RUNS/steps.txt" ] || { echo "LM_STEPS=auto but no $LM_RUNS/steps.txt: run probe with LM_TRAIN_BUDGET" >&2; return 2; }
+    head -1 "$LM_RUNS/steps.txt"
+  else
+    echo "$LM_STEPS"
+  fi
+}
+
 run_args() {  # run name -> pathattn_train arguments
-  local run=$1 mech=$1 steps=$LM_STEPS lr=$LM_LR warmup=$LM_WARMUP init=()
+  local run=$1 mech=$1 steps lr=$LM_LR warmup=$LM_WARMUP init=()
+  steps=$(steps_of)
   case "$run" in
     *-from-rope)
       mech=${run%-from-rope}; steps=$LM_CONVERT_STEPS; lr=$LM_CONVERT_LR; warmup=$LM_CONVERT_WARMUP
@@ -45,13 +63,14 @@ run_args() {  # run name -> pathattn_train arguments
   echo --task lm --lm-data "$LM_DATA" --lm-seq-len "$LM_T" --lm-train-shards "$LM_TRAIN_SHARDS" \
     --mechanism "$mech" --width "$LM_WIDTH" --layers "$LM_LAYERS" --heads "$LM_HEADS" \
     --batch "$LM_BATCH" --grad-accum "$LM_ACCUM" --steps "$steps" --lr "$lr" --warmup "$warmup" \
-    --eval-every "$LM_EVAL_EVERY" --eval-size "$LM_EVAL_SIZE" --eval-batch 16 --log-every 50 --ckpt-every 500 \
+    --eval-every "$LM_EVAL_EVERY" --eval-size "$LM_EVAL_SIZE" --eval-batch 16 --log-every 50 --ckpt-every "$LM_CKPT_EVERY" \
     --device "$LM_DEVICE" --precision "$LM_PRECISION" --threads "$LM_THREADS" --out "$LM_RUNS/$run" "${init[@]}" \
     $LM_EXTRA
 }
 
 collect() {
   [ -n "${OUT:-}" ] || return 0
+  rm -rf "$OUT/lm"
   for d in "$LM_RUNS"/*/; do
     [ -d "$d" ] || continue
     local run; run=$(basename "$d")
@@ -60,7 +79,8 @@ collect() {
     [ -d "$d/eval" ] && cp -rf "$d/eval" "$OUT/lm/$run/"
     cp -f "$d/ckpt/data.txt" "$d/ckpt/config.txt" "$d/ckpt/step.txt" "$OUT/lm/$run/" 2>/dev/null
   done
-  cp -f "$LM_DATA/stats.json" "$OUT/lm/" 2>/dev/null
+  cp -f "$LM_DATA/stats.json" "$LM_RUNS/steps.txt" "$LM_RUNS/probe.csv" "$OUT/lm/" 2>/dev/null
+  tar czf "$OUT/lm.tgz" -C "$OUT" lm && rm -rf "$OUT/lm"
   return 0
 }
 
@@ -91,12 +111,28 @@ case "$CMD" in
     ;;
   probe)
     # One step of LM_BATCH sequences (a micro-batch); a step of the run is LM_ACCUM of them.
-    timeout 300 $BUILD/model/bench_step --device cuda --precision bf16 \
-      --mechanisms "${LM_PROBE:-path,path-fox,rope,fox}" --width "$LM_WIDTH" --layers "$LM_LAYERS" \
-      --heads "$LM_HEADS" --mlp 0 --T "$LM_T" --batch "$LM_BATCH" --vocab "${LM_VOCAB:-8192}" --warmup 3 --steps 5
+    mkdir -p "$LM_RUNS"
+    timeout 300 $BUILD/model/bench_step --device "$LM_DEVICE" --precision "$LM_PRECISION" \
+      --mechanisms "$LM_PROBE_RUNS" --width "$LM_WIDTH" --layers "$LM_LAYERS" \
+      --heads "$LM_HEADS" --mlp 0 --T "$LM_T" --batch "$LM_BATCH" --vocab "${LM_VOCAB:-8192}" --warmup 3 --steps 5 \
+      --csv "$LM_RUNS/probe.csv" || exit 1
+    if [ -n "${LM_TRAIN_BUDGET:-}" ]; then
+      # The runs share the GPU (one per GPU when there are as many), so N steps of every run take N x the sum of
+      # their step times on one GPU; 10% is left for evaluations and checkpoints.
+      python3 - "$LM_RUNS/probe.csv" "$LM_TRAIN_BUDGET" "$LM_ACCUM" "$(gpus)" > "$LM_RUNS/steps.txt" <<'PY' || exit 1
+import csv, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["step_ms_median"]]
+budget, accum, gpus = float(sys.argv[2]), int(sys.argv[3]), max(1, int(sys.argv[4]))
+per_step = sum(float(r["step_ms_median"]) for r in rows) / 1e3 * accum / min(gpus, len(rows))
+print(max(1, int(0.9 * budget / per_step)))
+print(f"# {len(rows)} runs, {per_step:.3f} s of GPU per step of all of them, budget {budget:g} s")
+PY
+      echo "steps for LM_TRAIN_BUDGET=$LM_TRAIN_BUDGET s: $(head -1 "$LM_RUNS/steps.txt") ($(tail -1 "$LM_RUNS/steps.txt"))"
+    fi
     ;;
   train)
     [ $# -ge 1 ] || { echo "usage: $0 train RUN [RUN ...]" >&2; exit 2; }
+    steps_of > /dev/null || exit 2
     n=$(gpus); [ "$n" -ge 1 ] || n=1
     runs=("$@"); i=0; pids=()
     for run in "${runs[@]}"; do
