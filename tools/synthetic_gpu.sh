@@ -6,11 +6,11 @@
 #   tools/synthetic_gpu.sh build           pathattn_train and bench_step against the machine's torch with the CUDA op
 #                                          (build-gpu-torch, as lm_gpu.sh and gpu_check.sh build it)
 #   tools/synthetic_gpu.sh probe           step times of every cell shape on the GPU (bench_step, bf16, 5 + 20 steps),
-#                                          to $OUT/synthetic/gpu_steps.csv, then the plan with them
+#                                          to gpu_steps.csv, then the plan with them ($OUT/synthetic.tgz)
 #   tools/synthetic_gpu.sh run [OPTIONS]   the sweep for SYN_BUDGET seconds: the unfinished cells, SYN_JOBS_PER_GPU
 #                                          at a time on each GPU; finished cells skipped, stopped ones resumed from
 #                                          their checkpoints (in SYN_RUNS, kept while the machine is held); metrics of
-#                                          every cell that ends, and summary.csv, to $OUT/synthetic (what comes back).
+#                                          every cell that ends, and summary.csv, into $OUT/synthetic.tgz.
 #                                          OPTIONS go to sweep_synthetic.py run (e.g. --only 'a5-len20', --set ...)
 #   tools/synthetic_gpu.sh status          cells finished / started / not started per task
 #   tools/synthetic_gpu.sh ckpt-repro      a tiny flip-flop run that checkpoints every 2 steps, on cuda and on the
@@ -30,10 +30,19 @@ CMD=${1:-}; shift || true
 # Steps between checkpoints: 0 = only when a run stops (its end or the call's time limit). Not the evaluation
 # interval while a second checkpoint in one process crashes on the GPU machine (see ckpt-repro).
 : "${SYN_CKPT_EVERY:=0}"
-RESULTS=${OUT:-$SYN_RUNS-results}/synthetic
+# later call's archive holds the earlier calls' cells too) and packed into $OUT by pack.
+RESULTS=$SYN_RUNS-results/synthetic
 BUILD=$SYN_BUILD
 done_args=(); [ -d "$SYN_DONE" ] && done_args=(--also-done "$SYN_DONE")
 sweep=(python3 tools/sweep_synthetic.py)
+
+# A device call brings back at most 8 files, none more than 2 folders down: the results folder goes back as one
+# $OUT/synthetic.tgz (when OUT is set).
+pack() {
+  [ -n "${OUT:-}" ] && [ -d "$RESULTS" ] || return 0
+  mkdir -p "$OUT"
+  tar czf "$OUT/synthetic.tgz" -C "$(dirname "$RESULTS")" "$(basename "$RESULTS")"
+}
 
 case "$CMD" in
   build)
@@ -55,6 +64,7 @@ case "$CMD" in
       --device "$SYN_DEVICE" --threads 4 --concurrent "$SYN_JOBS_PER_GPU" --out "$RESULTS/gpu_steps.csv" "$@" || exit 1
     "${sweep[@]}" plan --grid "$SYN_GRID" --tasks "$SYN_TASKS" --steps-csv "$RESULTS/gpu_steps.csv" \
       --gpus "$(nvidia-smi -L 2>/dev/null | wc -l)" --jobs-per-gpu "$SYN_JOBS_PER_GPU" | tee "$RESULTS/plan.md"
+    pack
     ;;
   run)
     mkdir -p "$SYN_RUNS" "$RESULTS"
@@ -63,6 +73,7 @@ case "$CMD" in
       --budget "$SYN_BUDGET" --ckpt-every "$SYN_CKPT_EVERY" "$@" 2>&1 | tee -a "$RESULTS/sweep.log"
     rc=${PIPESTATUS[0]}
     "${sweep[@]}" status --grid "$SYN_GRID" --tasks "$SYN_TASKS" --runs "$SYN_RUNS" "${done_args[@]}"
+    pack
     exit "$rc"
     ;;
   ckpt-repro)
