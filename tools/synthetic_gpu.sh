@@ -30,6 +30,7 @@ CMD=${1:-}; shift || true
 # Steps between checkpoints: 0 = only when a run stops (its end or the call's time limit). Not the evaluation
 # interval while a second checkpoint in one process crashes on the GPU machine (see ckpt-repro).
 : "${SYN_CKPT_EVERY:=0}"
+# What comes back: every ended cell's files and summary.csv, gathered on the machine (kept while it is held, so a
 # later call's archive holds the earlier calls' cells too) and packed into $OUT by pack.
 RESULTS=$SYN_RUNS-results/synthetic
 BUILD=$SYN_BUILD
@@ -77,18 +78,24 @@ case "$CMD" in
     exit "$rc"
     ;;
   ckpt-repro)
+    # Passes when the run ends normally and leaves only ckpt/ (a crash in the second save left ckpt.old behind).
+    fails=0
     for dev in cuda cpu; do
       d=/tmp/ckpt-repro-$dev; rm -rf "$d"
       run=("$BUILD/model/pathattn_train" --task flipflop --mechanism rope --layers 1 --width 32 --heads 2 --batch 4
            --steps 6 --eval-every 2 --eval-size 16 --eval-batch 8 --ckpt-every 2 --log-every 2 --ff-pairs 8
            --out "$d" --device "$dev")
-      if command -v gdb > /dev/null; then
-        gdb -q -batch -ex run -ex bt -ex 'info threads' --args "${run[@]}" 2>&1 | tail -60
-      else
-        "${run[@]}" 2>&1 | tail -8; echo "(no gdb)"
+      "${run[@]}" > "$d.log" 2>&1
+      rc=$?
+      left=$(ls "$d" 2>/dev/null | tr '\n' ' ')
+      if [ $rc = 0 ] && [ "$left" = "ckpt metrics.csv metrics.json " ]; then verdict=ok; else verdict=FAILED; fails=1; fi
+      echo "ckpt-repro $dev: $verdict (rc $rc; left: $left)"
+      if [ $verdict = FAILED ]; then
+        tail -5 "$d.log"
+        command -v gdb > /dev/null && gdb -q -batch -ex run -ex bt --args "${run[@]}" 2>&1 | grep -vE '^\[(New )?Thread' | tail -40
       fi
-      echo "ckpt-repro $dev: rc=${PIPESTATUS[0]}; $(ls "$d" 2>/dev/null | tr '\n' ' ')"
     done
+    exit $fails
     ;;
   status) "${sweep[@]}" status --grid "$SYN_GRID" --tasks "$SYN_TASKS" --runs "$SYN_RUNS" "${done_args[@]}" ;;
   *) sed -n '2,22p' "$0"; exit 2 ;;
