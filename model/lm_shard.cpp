@@ -1,7 +1,5 @@
 #include "lm_shard.h"
 
-#include "dir_ops.h"
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -13,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
+
+#include "dir_ops.h"
 
 namespace pathattn::model::lm {
 

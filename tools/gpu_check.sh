@@ -185,7 +185,6 @@ if [ "$MODE" = fwd128 ]; then
   done
 fi
 if [ "$MODE" = bulk ]; then
-  t0=$(date +%s)
   FILTER=(); [ "${GPU_SKIP_LONG:-0}" = 1 ] && FILTER=(--gtest_filter=-Long/*)
   for b in 1 0; do
     t0=$(date +%s)

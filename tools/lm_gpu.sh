@@ -30,7 +30,7 @@ CMD=${1:-}; shift || true
 : "${LM_WIDTH:=512}" "${LM_LAYERS:=8}" "${LM_HEADS:=8}" "${LM_T:=1024}" "${LM_BATCH:=64}" "${LM_ACCUM:=1}"
 : "${LM_STEPS:=2000}" "${LM_LR:=1e-3}" "${LM_WARMUP:=200}" "${LM_EVAL_EVERY:=250}" "${LM_EVAL_SIZE:=256}"
 : "${LM_CONVERT_STEPS:=400}" "${LM_CONVERT_LR:=5e-4}" "${LM_CONVERT_WARMUP:=50}"
-: "${LM_TIME_LIMIT:=480}" "${LM_THREADS:=4}" "${LM_EXTRA:=}" "${LM_PROBE_RUNS:=path,path-fox,rope,fox}"
+: "${LM_TIME_LIMIT:=480}" "${LM_THREADS:=4}" "${LM_EXTRA:=}" "${LM_PROBE:=path,path-fox,rope,fox}"
 # Steps between checkpoints: 0 = only when a run stops (its end or LM_TIME_LIMIT), which is all a bounded call needs.
 # Not more often until the fix of the second-checkpoint crash on the GPU machine (model/dir_ops.h) has run there.
 : "${LM_CKPT_EVERY:=0}"
@@ -113,7 +113,7 @@ case "$CMD" in
     # One step of LM_BATCH sequences (a micro-batch); a step of the run is LM_ACCUM of them.
     mkdir -p "$LM_RUNS"
     timeout 300 $BUILD/model/bench_step --device "$LM_DEVICE" --precision "$LM_PRECISION" \
-      --mechanisms "$LM_PROBE_RUNS" --width "$LM_WIDTH" --layers "$LM_LAYERS" \
+      --mechanisms "$LM_PROBE" --width "$LM_WIDTH" --layers "$LM_LAYERS" \
       --heads "$LM_HEADS" --mlp 0 --T "$LM_T" --batch "$LM_BATCH" --vocab "${LM_VOCAB:-8192}" --warmup 3 --steps 5 \
       --csv "$LM_RUNS/probe.csv" || exit 1
     if [ -n "${LM_TRAIN_BUDGET:-}" ]; then

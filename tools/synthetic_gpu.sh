@@ -14,8 +14,9 @@
 #                                          OPTIONS go to sweep_synthetic.py run (e.g. --only 'a5-len20', --set ...)
 #   tools/synthetic_gpu.sh status          cells finished / started / not started per task
 #   tools/synthetic_gpu.sh ckpt-repro      a tiny flip-flop run that checkpoints every 2 steps, on cuda and on the
-#                                          cpu, under gdb where the machine has it: the second checkpoint of a process
-#                                          ended every GPU cell with SIGSEGV on 2026-12-02 (docs/results/synthetic)
+#                                          cpu, ok / FAILED for each (gdb's backtrace on a failure where the machine has
+#                                          gdb): the second checkpoint of a process ended every GPU cell with SIGSEGV
+#                                          on 2026-12-02 (docs/results/synthetic)
 #
 # Cells finished in earlier sessions and committed under SYN_DONE (docs/results/synthetic/cells) are skipped and
 # enter the summary. SYN_DEVICE / SYN_BUILD / SYN_GRID let the same script run the tiny grid on the CPU (how it was
@@ -78,7 +79,8 @@ case "$CMD" in
     exit "$rc"
     ;;
   ckpt-repro)
-    # Passes when the run ends normally and leaves only ckpt/ (a crash in the second save left ckpt.old behind).
+    # Passes when the run ends normally and leaves its ckpt/ and metrics, no ckpt.old / ckpt.tmp (a crash in the
+    # second save left ckpt.old behind).
     fails=0
     for dev in cuda cpu; do
       d=/tmp/ckpt-repro-$dev; rm -rf "$d"
