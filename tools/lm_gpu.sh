@@ -5,9 +5,10 @@
 #   tools/lm_gpu.sh build                 pathattn_train, pathattn_lm_eval and bench_step against the machine's torch
 #                                         with the CUDA op (build-gpu-torch, as gpu_check.sh's torch and model modes)
 #   tools/lm_gpu.sh unpack PART [PART..]  data parts of tools/lm_pack.py into $LM_DATA
-#   tools/lm_gpu.sh probe                 one training step per mechanism at this configuration (bench_step): tokens/s;
-#                                         with LM_TRAIN_BUDGET (seconds of GPU time for training, all runs together)
-#                                         it also writes the steps that fit to $LM_RUNS/steps.txt, which LM_STEPS=auto
+#   tools/lm_gpu.sh probe [RUN ..]        one training step per mechanism of the runs (default LM_PROBE) at this
+#                                         configuration (bench_step): tokens/s; with LM_TRAIN_BUDGET (seconds of GPU
+#                                         time for training these runs together) it also writes the steps that fit
+#                                         to $LM_RUNS/steps.txt, which LM_STEPS=auto
 #                                         then uses (the calls follow each other within the machine's 30 s idle
 #                                         release: nothing can be computed by hand between them)
 #   tools/lm_gpu.sh train RUN [RUN ..]    trains the runs side by side, run i on GPU i mod (GPUs), each for at most
@@ -16,7 +17,8 @@
 #   tools/lm_gpu.sh status | collect      steps done per run | metrics, evaluations, logs into $OUT/lm.tgz (one file:
 #                                         a call brings back at most 8 files, none more than 2 folders down)
 # RUN: path | path-fox | rope | fox | nope, or path-from-rope / path-fox-from-rope: the paper's conversion, PaTH started
-# from rope's final checkpoint (--init-from) and trained LM_CONVERT_STEPS more steps.
+# from rope's final checkpoint (--init-from) and trained LM_CONVERT_STEPS more steps. A suffix -s<N> (path-s2, rope-s2)
+# is the same run with --seed N (initialisation and data order): the seed spread, trained beside the others.
 #
 # Every run of one configuration uses the same data (the first LM_TRAIN_SHARDS train shards), the same seed and the
 # same steps, so the mechanisms see the same batches in the same order. train and eval end with collect.
@@ -52,12 +54,17 @@ steps_of() {
   fi
 }
 
+# A run's mechanism and seed: path-fox-s2 -> path-fox, 2 (no suffix: the trainer's default seed, or LM_EXTRA's).
+mech_of() { local m=$1; [[ $m =~ ^(.*)-s([0-9]+)$ ]] && m=${BASH_REMATCH[1]}; echo "${m%-from-rope}"; }
+seed_of() { [[ $1 =~ -s([0-9]+)$ ]] && echo "${BASH_REMATCH[1]}"; }
+
 run_args() {  # run name -> pathattn_train arguments
-  local run=$1 mech=$1 steps lr=$LM_LR warmup=$LM_WARMUP init=()
-  steps=$(steps_of)
+  local run=$1 mech steps lr=$LM_LR warmup=$LM_WARMUP init=() seed=()
+  mech=$(mech_of "$run"); steps=$(steps_of)
+  [ -n "$(seed_of "$run")" ] && seed=(--seed "$(seed_of "$run")")
   case "$run" in
     *-from-rope)
-      mech=${run%-from-rope}; steps=$LM_CONVERT_STEPS; lr=$LM_CONVERT_LR; warmup=$LM_CONVERT_WARMUP
+      steps=$LM_CONVERT_STEPS; lr=$LM_CONVERT_LR; warmup=$LM_CONVERT_WARMUP
       init=(--init-from "$LM_RUNS/rope/ckpt") ;;
   esac
   echo --task lm --lm-data "$LM_DATA" --lm-seq-len "$LM_T" --lm-train-shards "$LM_TRAIN_SHARDS" \
@@ -65,7 +72,7 @@ run_args() {  # run name -> pathattn_train arguments
     --batch "$LM_BATCH" --grad-accum "$LM_ACCUM" --steps "$steps" --lr "$lr" --warmup "$warmup" \
     --eval-every "$LM_EVAL_EVERY" --eval-size "$LM_EVAL_SIZE" --eval-batch 16 --log-every 50 --ckpt-every "$LM_CKPT_EVERY" \
     --device "$LM_DEVICE" --precision "$LM_PRECISION" --threads "$LM_THREADS" --out "$LM_RUNS/$run" "${init[@]}" \
-    $LM_EXTRA
+    "${seed[@]}" $LM_EXTRA
 }
 
 collect() {
@@ -110,22 +117,29 @@ case "$CMD" in
     ls "$LM_DATA" | sed -n '1,3p;$p'; echo "train shards: $(ls "$LM_DATA"/train-*.tok 2>/dev/null | wc -l)"
     ;;
   probe)
-    # One step of LM_BATCH sequences (a micro-batch); a step of the run is LM_ACCUM of them.
+    # One step of LM_BATCH sequences (a micro-batch); a step of the run is LM_ACCUM of them. Each mechanism is timed
+    # once; the budget counts it once per run that uses it (path and path-s2 both cost a path step).
     mkdir -p "$LM_RUNS"
+    [ $# -ge 1 ] || IFS=, read -r -a probe_runs <<< "$LM_PROBE"
+    [ $# -ge 1 ] && probe_runs=("$@")
+    mechs=(); for run in "${probe_runs[@]}"; do mechs+=("$(mech_of "$run")"); done
+    unique=$(printf '%s\n' "${mechs[@]}" | awk '!seen[$0]++' | paste -sd,)
     timeout 300 $BUILD/model/bench_step --device "$LM_DEVICE" --precision "$LM_PRECISION" \
-      --mechanisms "$LM_PROBE" --width "$LM_WIDTH" --layers "$LM_LAYERS" \
+      --mechanisms "$unique" --width "$LM_WIDTH" --layers "$LM_LAYERS" \
       --heads "$LM_HEADS" --mlp 0 --T "$LM_T" --batch "$LM_BATCH" --vocab "${LM_VOCAB:-8192}" --warmup 3 --steps 5 \
       --csv "$LM_RUNS/probe.csv" || exit 1
     if [ -n "${LM_TRAIN_BUDGET:-}" ]; then
       # The runs share the GPU (one per GPU when there are as many), so N steps of every run take N x the sum of
       # their step times on one GPU; 10% is left for evaluations and checkpoints.
-      python3 - "$LM_RUNS/probe.csv" "$LM_TRAIN_BUDGET" "$LM_ACCUM" "$(gpus)" > "$LM_RUNS/steps.txt" <<'PY' || exit 1
+      python3 - "$LM_RUNS/probe.csv" "$LM_TRAIN_BUDGET" "$LM_ACCUM" "$(gpus)" "${mechs[@]}" > "$LM_RUNS/steps.txt" <<'PY' || exit 1
 import csv, sys
-rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["step_ms_median"]]
-budget, accum, gpus = float(sys.argv[2]), int(sys.argv[3]), max(1, int(sys.argv[4]))
-per_step = sum(float(r["step_ms_median"]) for r in rows) / 1e3 * accum / min(gpus, len(rows))
+ms = {r["mechanism"]: float(r["step_ms_median"]) for r in csv.DictReader(open(sys.argv[1])) if r["step_ms_median"]}
+budget, accum, gpus, runs = float(sys.argv[2]), int(sys.argv[3]), max(1, int(sys.argv[4])), sys.argv[5:]
+missing = [m for m in runs if m not in ms]
+if missing: sys.exit(f"probe: no step time for {missing}")
+per_step = sum(ms[m] for m in runs) / 1e3 * accum / min(gpus, len(runs))
 print(max(1, int(0.9 * budget / per_step)))
-print(f"# {len(rows)} runs, {per_step:.3f} s of GPU per step of all of them, budget {budget:g} s")
+print(f"# {len(runs)} runs ({' '.join(runs)}), {per_step:.3f} s of GPU per step of all of them, budget {budget:g} s")
 PY
       echo "steps for LM_TRAIN_BUDGET=$LM_TRAIN_BUDGET s: $(head -1 "$LM_RUNS/steps.txt") ($(tail -1 "$LM_RUNS/steps.txt"))"
     fi
