@@ -33,9 +33,10 @@ CMD=${1:-}; shift || true
 : "${LM_STEPS:=2000}" "${LM_LR:=1e-3}" "${LM_WARMUP:=200}" "${LM_EVAL_EVERY:=250}" "${LM_EVAL_SIZE:=256}"
 : "${LM_CONVERT_STEPS:=400}" "${LM_CONVERT_LR:=5e-4}" "${LM_CONVERT_WARMUP:=50}"
 : "${LM_TIME_LIMIT:=480}" "${LM_THREADS:=4}" "${LM_EXTRA:=}" "${LM_PROBE:=path,path-fox,rope,fox}"
-# Steps between checkpoints: 0 = only when a run stops (its end or LM_TIME_LIMIT), which is all a bounded call needs.
-# Not more often until the fix of the second-checkpoint crash on the GPU machine (model/dir_ops.h) has run there.
-: "${LM_CKPT_EVERY:=0}"
+# Steps between checkpoints (and always when a run stops: its end or LM_TIME_LIMIT); 0 = only then. The periodic
+# ones keep a run that is killed (timeout) from starting over; the issue-12 runs of 2026-12-02 used 0, before the
+# fix of the second-checkpoint crash (model/dir_ops.h) had passed ckpt-repro on the GPU machine (it has since).
+: "${LM_CKPT_EVERY:=500}"
 : "${LM_EVAL_LENGTH:=$((16 * LM_T))}" "${LM_EVAL_WINDOWS:=32}" "${LM_EVAL_BATCH:=1}"
 # LM_DEVICE / LM_PRECISION / LM_BUILD let the same script run a tiny configuration on the CPU (how it was checked).
 : "${LM_DEVICE:=cuda}" "${LM_PRECISION:=bf16}" "${LM_BUILD:=build-gpu-torch}"

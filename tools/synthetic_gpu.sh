@@ -28,9 +28,10 @@ CMD=${1:-}; shift || true
 : "${SYN_RUNS:=runs/synthetic}" "${SYN_DONE:=docs/results/synthetic/cells}" "${SYN_TASKS:=flipflop,mqrar,a5}"
 : "${SYN_BUDGET:=540}" "${SYN_JOBS_PER_GPU:=4}" "${SYN_GRID:=paper}"
 : "${SYN_DEVICE:=cuda}" "${SYN_BUILD:=build-gpu-torch}"
-# Steps between checkpoints: 0 = only when a run stops (its end or the call's time limit). Not the evaluation
-# interval while a second checkpoint in one process crashes on the GPU machine (see ckpt-repro).
-: "${SYN_CKPT_EVERY:=0}"
+# Steps between checkpoints: -1 = each cell's evaluation interval (sweep_synthetic.py's default); 0 = only when a
+# run stops (its end or the call's time limit). The second-checkpoint crash of the GPU machine (model/dir_ops.h) is
+# fixed: ckpt-repro passed there on cuda and cpu (2026-12-02, seventh session).
+: "${SYN_CKPT_EVERY:=-1}"
 # What comes back: every ended cell's files and summary.csv, gathered on the machine (kept while it is held, so a
 # later call's archive holds the earlier calls' cells too) and packed into $OUT by pack.
 RESULTS=$SYN_RUNS-results/synthetic
