@@ -26,6 +26,10 @@
 #          the deterministic mode's): test_cuda_backward with each forced in both modes (PATHATTN_BWD_BULK=1 / 0),
 #          memcheck + racecheck on small cases with the bulk one, then bench_fwd --bwd --only 64 with each (stages)
 #   model: only the model's bench_step
+#   workspace: the scratch limit (Inputs::cuda_workspace_limit, docs/cuda.md "Workspace limit"): its gpu test
+#          (one kv head per call gives the same bits), memcheck + racecheck on it, then bench_fwd --bwd with no limit
+#          (PATHATTN_CUDA_WORKSPACE_MB=0) and with WORKSPACE_MB (default 1024), and each call's cut (the workspace
+#          lines of PATHATTN_CUDA_PROFILE)
 #   model: the C++ model's training-step benchmark (bench_step: PaTH on our CUDA op vs RoPE on SDPA, bf16,
 #          98M parameters, T 4096, batch 8), built against the machine's torch in build-gpu-torch
 #
@@ -58,6 +62,18 @@ run_bench_step() {
   timeout 180 build-gpu-torch/model/bench_step --device cuda --csv "$OUT/bench_step.csv" > "$OUT/bench_step.log" 2>&1
   note "bench_step: rc=$? ($(( $(date +%s) - t0 )) s)"
   grep -E '^(# |mechanism |[a-z-]+ +[0-9.]+ )' "$OUT/bench_step.log" | tee -a "$SUMMARY"
+}
+
+# compute-sanitizer memcheck and racecheck of one test binary on the cases of a gtest filter, a summary line each:
+# sanitize TAG BINARY FILTER [TIMEOUT]; logs in $OUT/sanitizer_TAG_{memcheck,racecheck}.log.
+sanitize() {
+  local tag=$1 bin=$2 filter=$3 limit=${4:-300} tool t0
+  for tool in memcheck racecheck; do
+    t0=$(date +%s)
+    timeout "$limit" compute-sanitizer --tool $tool --error-exitcode 3 "$bin" --gtest_filter="$filter" \
+      > "$OUT/sanitizer_${tag}_$tool.log" 2>&1
+    note "compute-sanitizer $tool ($tag): rc=$?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_${tag}_$tool.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+  done
 }
 
 # compute-sanitizer memcheck + racecheck on small forward and backward cases (a few minutes).
@@ -146,13 +162,8 @@ if [ "$MODE" = decode ]; then
   note "decode gpu tests: $(grep -E 'tests passed|tests failed' "$OUT/tests_decode.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
   grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess)" "$OUT/tests_decode.log" | head -20 | tee -a "$SUMMARY"
   build-gpu/tests/cuda/test_cuda_decode > "$OUT/errors_decode.log" 2>&1 || true
-  SMALL_DEC='*D64_bf16_gate_p0x1x77*:*HQ16_D128*:*chunked*:CudaDecode.*:CudaDecodeErrors.*'
-  for tool in memcheck racecheck; do
-    t0=$(date +%s)
-    timeout 400 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/cuda/test_cuda_decode \
-      --gtest_filter="$SMALL_DEC" > "$OUT/sanitizer_decode_$tool.log" 2>&1
-    note "compute-sanitizer $tool (decode): rc=$?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_decode_$tool.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
-  done
+  sanitize decode build-gpu/tests/cuda/test_cuda_decode \
+    '*D64_bf16_gate_p0x1x77*:*HQ16_D128*:*chunked*:CudaDecode.*:CudaDecodeErrors.*' 400
   t0=$(date +%s)
   timeout 300 build-gpu/bench/cuda/bench_decode_cuda > "$OUT/bench_decode.log" 2>&1
   note "bench_decode_cuda: rc=$? ($(( $(date +%s) - t0 )) s)"
@@ -192,16 +203,26 @@ if [ "$MODE" = bulk ]; then
     note "test_cuda_backward, PATHATTN_BWD_BULK=$b: rc=$?, $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/tests_bulk_$b.log" | tr '\n' ' ')($(( $(date +%s) - t0 )) s)"
     grep -E '^\[  FAILED  \]' "$OUT/tests_bulk_$b.log" | head -20 | tee -a "$SUMMARY"
   done
-  for tool in memcheck racecheck; do
-    t0=$(date +%s)
-    PATHATTN_BWD_BULK=1 timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/cuda/test_cuda_backward \
-      --gtest_filter='*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*Determinis*' > "$OUT/sanitizer_bulk_$tool.log" 2>&1
-    note "compute-sanitizer $tool (bulk): rc=$?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_bulk_$tool.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
-  done
+  PATHATTN_BWD_BULK=1 sanitize bulk build-gpu/tests/cuda/test_cuda_backward \
+    '*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*Determinis*'
   for b in 0 1; do
     PATHATTN_BWD_BULK=$b PATHATTN_CUDA_PROFILE=1 timeout 200 build-gpu/bench/cuda/bench_fwd --bwd --only 64 --iters 5 > "$OUT/bench_bulk_$b.log" 2>&1
     note "bench_fwd --bwd --only 64, PATHATTN_BWD_BULK=$b: rc=$?"
     awk '/profile\]/{line=line" "$3"="$4} /^ +[0-9]/{print $0; print "   stages:" line; line=""; next} /^#|^ +B/' "$OUT/bench_bulk_$b.log" | tee -a "$SUMMARY"
+  done
+fi
+if [ "$MODE" = workspace ]; then
+  t0=$(date +%s)
+  timeout 200 build-gpu/tests/cuda/test_cuda_backward --gtest_filter='CudaWorkspaceLimit.*' > "$OUT/tests_workspace.log" 2>&1
+  note "test_cuda_backward CudaWorkspaceLimit: rc=$?, $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/tests_workspace.log" | tr '\n' ' ')($(( $(date +%s) - t0 )) s)"
+  sanitize workspace build-gpu/tests/cuda/test_cuda_backward 'CudaWorkspaceLimit.*'
+  for mb in 0 ${WORKSPACE_MB:-1024}; do
+    env_mb=(PATHATTN_CUDA_WORKSPACE_MB=$mb)
+    env "${env_mb[@]}" timeout 250 build-gpu/bench/cuda/bench_fwd --bwd --iters 5 > "$OUT/bench_ws_$mb.log" 2>&1
+    note "bench_fwd --bwd, workspace limit $mb: rc=$?"
+    grep -E '^#|^ +B|^ +[0-9]' "$OUT/bench_ws_$mb.log" | tee -a "$SUMMARY"
+    env "${env_mb[@]}" PATHATTN_CUDA_PROFILE=1 timeout 120 build-gpu/bench/cuda/bench_fwd --bwd --iters 1 2>&1 |
+      grep -E 'workspace|^ +[0-9]' | awk '/workspace/{if (!seen[$0]++) print; next} {print; delete seen}' | tee -a "$SUMMARY"
   done
 fi
 if [ "$MODE" = quick ]; then

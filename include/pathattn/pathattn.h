@@ -101,6 +101,15 @@ struct Inputs {
   // cuda_stream has finished; torch's caching allocator on that stream gives exactly this. Absent, the library
   // keeps one grow-only buffer per device.
   std::function<void*(std::size_t)> cuda_workspace;
+  // CUDA forward and backward: the most scratch memory one call should take, in bytes (0: no limit). A call whose
+  // scratch, which grows with B x T x H (the backward's about 30 bytes per element of q at D = 64), would exceed it
+  // runs over groups of kv heads in turn, each group within the limit: a few more launches, the same results
+  // bit for bit (the heads are independent). What does not shrink with the heads (the backward's per-CTA
+  // slots: C x D 16-bit values per chunk of the longest sequence, 0.55 GB at T = 16384, D = 64 on 132 SMs) stays,
+  // so a limit below it is exceeded.
+  // PATHATTN_CUDA_WORKSPACE_MB in the environment overrides it for every call (0: no limit). docs/cuda.md,
+  // "Workspace limit". Off by default until its cost has been measured on the GPU (then 1 GiB is the intent).
+  std::size_t cuda_workspace_limit = 0;
 };
 
 struct ForwardOutputs {

@@ -2,12 +2,14 @@
 // and back the workspace (workspace.h), fill the params (params.h), dispatch (dispatch.cu). Nothing else.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstdint>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "common/head_slices.h"
 #include "cuda/check.h"
 #include "cuda/decode_params.h"
 #include "cuda/cuda_api.h"
@@ -57,6 +59,26 @@ void check_32bit(const Problem& p, int NC, const char* what) {
     throw Error(std::string("pathattn: cuda ") + what + ": " + std::to_string(NC) + " chunks x " +
                 std::to_string(std::max(p.H, p.HQ)) + " heads x " + std::to_string(kChunk) +
                 " rows exceed the kernels' 32-bit coordinates (2^31 - 1); split the batch into smaller calls");
+}
+
+// The scratch limit of a call (pathattn.h, Inputs::cuda_workspace_limit), or PATHATTN_CUDA_WORKSPACE_MB's.
+std::size_t workspace_limit(const Inputs& in) {
+  const char* e = std::getenv("PATHATTN_CUDA_WORKSPACE_MB");
+  if (e == nullptr || *e == '\0') return in.cuda_workspace_limit;
+  char* end = nullptr;
+  const unsigned long long mb = std::strtoull(e, &end, 10);
+  if (*end != '\0' || *e == '-')
+    throw Error(std::string("pathattn: PATHATTN_CUDA_WORKSPACE_MB must be a whole number of MiB (0: no limit), got '") +
+                e + "'");
+  return static_cast<std::size_t>(mb) << 20;
+}
+
+// PATHATTN_CUDA_PROFILE (dispatch.cu's stage timer) also prints how a call was cut to fit the scratch limit.
+void profile_slices(const char* op, int64_t H, int64_t per_slice, std::size_t bytes, std::size_t limit) {
+  if (std::getenv("PATHATTN_CUDA_PROFILE") == nullptr) return;
+  std::fprintf(stderr, "[pathattn profile] workspace %s: %lld call(s) of %lld kv head(s), %.1f MiB each (limit %.0f MiB)\n",
+               op, static_cast<long long>((H + per_slice - 1) / per_slice), static_cast<long long>(per_slice),
+               static_cast<double>(bytes) / (1 << 20), static_cast<double>(limit) / (1 << 20));
 }
 
 // The workspace buffers that forward and backward share: the plan's tables and the chunk factors.
@@ -158,16 +180,13 @@ Support supports(const Problem& p, const Inputs& in, bool /*backward: same suppo
   return {};
 }
 
-void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out) {
-  if (Support s = supports(p, in, false); !s) throw Error("pathattn: cuda forward: " + s.reason);
-  if (Support s = check_rows(out.o, "o", 2); !s) throw Error("pathattn: cuda forward: " + s.reason);
+namespace {
+
+// One forward call over all of p's heads (a slice of the caller's, see forward()).
+void forward_heads(const Problem& p, const Inputs& in, const ForwardOutputs& out, const std::vector<Segment>& segs,
+                   cudaStream_t stream) {
   const bool want_kcache = out.kcache.defined();
-  if (want_kcache && out.kcache.strides[3] != 1) throw Error("pathattn: kcache (output) must have a contiguous last dimension");
-  if (p.B == 0 || p.T == 0) return;
-  DeviceGuard guard(in.q.device_index);
-  const cudaStream_t stream = static_cast<cudaStream_t>(in.cuda_stream);
-  if (checks_values(in)) check_values(in, p, stream);
-  const Plan plan = make_plan(sequences(p, in, stream), static_cast<int>(p.H), false);
+  const Plan plan = make_plan(segs, static_cast<int>(p.H), false);
   const int NC = static_cast<int>(plan.chunks.size());
   if (NC == 0) return;
   check_32bit(p, NC, "forward");
@@ -182,60 +201,95 @@ void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out) {
   run_forward(prm, p.dtype, static_cast<int>(p.D), p.has_gate, want_kcache, stream);
 }
 
-void backward(const Problem& p, const Inputs& in, const TensorView& o, const TensorView& lse, const TensorView& dout,
-              const TensorView& dlse, const Gradients& grads) {
-  if (Support s = supports(p, in, true); !s) throw Error("pathattn: cuda backward: " + s.reason);
-  for (auto [t, name] : {std::pair{&o, "o"}, {&dout, "dout"}, {&grads.dq, "dq"}, {&grads.dk, "dk"}, {&grads.dv, "dv"}})
-    if (Support s = check_rows(*t, name, 2); !s) throw Error("pathattn: cuda backward: " + s.reason);
+}  // namespace
+
+void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out) {
+  if (Support s = supports(p, in, false); !s) throw Error("pathattn: cuda forward: " + s.reason);
+  if (Support s = check_rows(out.o, "o", 2); !s) throw Error("pathattn: cuda forward: " + s.reason);
+  const bool want_kcache = out.kcache.defined();
+  if (want_kcache && out.kcache.strides[3] != 1) throw Error("pathattn: kcache (output) must have a contiguous last dimension");
   if (p.B == 0 || p.T == 0) return;
   DeviceGuard guard(in.q.device_index);
   const cudaStream_t stream = static_cast<cudaStream_t>(in.cuda_stream);
   if (checks_values(in)) check_values(in, p, stream);
-  // Pairs interleaved in the main kernel's task list (plan.cu); PATHATTN_BWD_PAIR_GROUP overrides it for timing.
   const std::vector<Segment> segs = sequences(p, in, stream);
-  int64_t longest = 0;
-  for (const Segment& s : segs) longest = std::max(longest, s.len);
-  int pair_group = bwd_pair_group(longest);
-  if (const char* e = std::getenv("PATHATTN_BWD_PAIR_GROUP")) pair_group = std::max(1, std::atoi(e));
+  // Within the scratch limit: groups of kv heads in turn (common/head_slices.h), each its own call.
+  const auto bytes = [&](int64_t n) {
+    Workspace ws;
+    declare_shared(ws, slice_problem(p, {0, n}), make_plan(segs, static_cast<int>(n), false), want_kcache);
+    return ws.total();
+  };
+  const std::size_t limit = workspace_limit(in);
+  const int64_t per_slice = heads_per_slice(p.H, limit, bytes);
+  profile_slices("forward", p.H, per_slice, bytes(per_slice), limit);
+  for (const HeadSlice& s : head_slices(p.H, per_slice))
+    forward_heads(slice_problem(p, s), slice_inputs(in, s, p.group), slice_outputs(out, s, p.group), segs, stream);
+}
+
+namespace {
+
+// The backward's workspace table beyond the shared buffers (ids into the Workspace).
+struct BwdBuffers {
+  SharedBuffers shared;
+  int tasks, qhat, lse2, delta, dqacc, dkacc, dvacc, dpacc, dgacc, dgrow, count_q, count_p, next_task, dohat, slots, local;
+};
+
+BwdBuffers declare_backward(Workspace& ws, const Problem& p, const Plan& plan, const BwdGrid& grid) {
+  const int NC = static_cast<int>(plan.chunks.size());
+  const int64_t D = p.D;
+  const std::size_t q_rows = static_cast<std::size_t>(NC) * p.HQ * kChunk, k_rows = static_cast<std::size_t>(NC) * p.H * kChunk;
+  BwdBuffers b{};
+  b.shared = declare_shared(ws, p, plan, false);
+  b.tasks = ws.add("bwd tasks", plan.bwd_tasks.size() * sizeof(int));
+  b.qhat = ws.add("qhat", q_rows * D * 2);
+  b.lse2 = ws.add("lse2", q_rows * 4);
+  b.delta = ws.add("delta", q_rows * 4);
+  b.dqacc = ws.add("dqacc", q_rows * D * 4);
+  b.dkacc = ws.add("dkacc", k_rows * D * 4);
+  b.dvacc = ws.add("dvacc", k_rows * D * 4);
+  b.dpacc = ws.add("dpacc", static_cast<std::size_t>(NC) * p.H * D * D * 4);
+  b.dgacc = p.has_gate ? ws.add("dgacc", q_rows * 4) : -1;
+  b.dgrow = p.has_gate ? ws.add("dgrow", q_rows * 4) : -1;
+  b.count_q = ws.add("count_q", static_cast<std::size_t>(NC) * p.HQ * 4);
+  b.count_p = ws.add("count_p", static_cast<std::size_t>(NC) * p.H * 4);
+  b.next_task = ws.add("next_task", 4);
+  b.dohat = grid.wgmma_main ? ws.add("dohat", q_rows * D * 2) : -1;
+  b.slots = ws.add("slots", static_cast<std::size_t>(grid.main_ctas) * plan.max_chunks * kChunk * D * 2);
+  b.local = ws.add("local scratch", static_cast<std::size_t>(grid.local_ctas) * kLocalTiles * kChunk * D * 4);
+  return b;
+}
+
+// The launch grid of a backward over p's heads with this plan.
+BwdGrid grid_for(const Problem& p, const Inputs& in, const Plan& plan) {
+  BwdGrid grid = backward_grid(p.dtype, static_cast<int>(p.D), p.has_gate, in.deterministic, static_cast<int>(p.group));
+  grid.main_ctas = std::min(grid.main_ctas, static_cast<int>(plan.bwd_tasks.size()));
+  grid.local_ctas = std::min(grid.local_ctas, static_cast<int>(plan.chunks.size() * p.H));
+  return grid;
+}
+
+// One backward call over all of p's heads (a slice of the caller's, see backward()).
+void backward_heads(const Problem& p, const Inputs& in, const TensorView& o, const TensorView& lse,
+                    const TensorView& dout, const TensorView& dlse, const Gradients& grads,
+                    const std::vector<Segment>& segs, int pair_group, cudaStream_t stream) {
   const Plan plan = make_plan(segs, static_cast<int>(p.H), true, pair_group);
   const int NC = static_cast<int>(plan.chunks.size());
   if (NC == 0) return;
   check_32bit(p, NC, "backward");
   const int D = static_cast<int>(p.D);
-  const int num_tasks = static_cast<int>(plan.bwd_tasks.size());
-  BwdGrid grid = backward_grid(p.dtype, D, p.has_gate, in.deterministic, static_cast<int>(p.group));
-  grid.main_ctas = std::min(grid.main_ctas, num_tasks);
-  grid.local_ctas = std::min(grid.local_ctas, NC * static_cast<int>(p.H));
-
-  Workspace ws;
-  const SharedBuffers shared = declare_shared(ws, p, plan, false);
-  const std::size_t q_rows = static_cast<std::size_t>(NC) * p.HQ * kChunk, k_rows = static_cast<std::size_t>(NC) * p.H * kChunk;
-  const int tasks = ws.add("bwd tasks", plan.bwd_tasks.size() * sizeof(int));
-  const int qhat = ws.add("qhat", q_rows * D * 2);
-  const int lse2 = ws.add("lse2", q_rows * 4);
-  const int delta = ws.add("delta", q_rows * 4);
-  const int dqacc = ws.add("dqacc", q_rows * D * 4);
-  const int dkacc = ws.add("dkacc", k_rows * D * 4);
-  const int dvacc = ws.add("dvacc", k_rows * D * 4);
-  const int dpacc = ws.add("dpacc", static_cast<std::size_t>(NC) * p.H * D * D * 4);
-  const int dgacc = p.has_gate ? ws.add("dgacc", q_rows * 4) : -1;
-  const int dgrow = p.has_gate ? ws.add("dgrow", q_rows * 4) : -1;
-  const int count_q = ws.add("count_q", static_cast<std::size_t>(NC) * p.HQ * 4);
-  const int count_p = ws.add("count_p", static_cast<std::size_t>(NC) * p.H * 4);
-  const int next_task = ws.add("next_task", 4);
-  const int dohat = grid.wgmma_main ? ws.add("dohat", q_rows * D * 2) : -1;
-  const int slots = ws.add("slots", static_cast<std::size_t>(grid.main_ctas) * plan.max_chunks * kChunk * D * 2);
+  const BwdGrid grid = grid_for(p, in, plan);
   if (static_cast<int64_t>(grid.main_ctas) * plan.max_chunks * kChunk > INT32_MAX)
     throw Error("pathattn: cuda backward: " + std::to_string(grid.main_ctas) + " slots x " +
                 std::to_string(plan.max_chunks * kChunk) + " rows exceed the kernels' 32-bit coordinates (2^31 - 1)");
-  const int local = ws.add("local scratch", static_cast<std::size_t>(grid.local_ctas) * kLocalTiles * kChunk * D * 4);
+
+  Workspace ws;
+  const BwdBuffers b = declare_backward(ws, p, plan, grid);
   ws.acquire(in, in.q.device_index, stream);
 
   BwdParams prm{};
-  fill_shared(prm, ws, shared, p, in, plan, o, lse, stream);
-  ws.upload(tasks, plan.bwd_tasks.data(), plan.bwd_tasks.size() * sizeof(int), stream);
-  for (int zeroed : {dqacc, dpacc, count_q, count_p, next_task}) ws.zero(zeroed, stream);
-  if (p.has_gate) ws.zero(dgrow, stream);
+  fill_shared(prm, ws, b.shared, p, in, plan, o, lse, stream);
+  ws.upload(b.tasks, plan.bwd_tasks.data(), plan.bwd_tasks.size() * sizeof(int), stream);
+  for (int zeroed : {b.dqacc, b.dpacc, b.count_q, b.count_p, b.next_task}) ws.zero(zeroed, stream);
+  if (p.has_gate) ws.zero(b.dgrow, stream);
   prm.dout = dout.data;
   prm.sdo = strides_of(dout);
   prm.dlse = dlse.defined() ? static_cast<const float*>(dlse.data) : nullptr;
@@ -253,27 +307,63 @@ void backward(const Problem& p, const Inputs& in, const TensorView& o, const Ten
   prm.sdbeta = strides_of(grads.dbeta);
   if (p.has_gate) prm.sdg = strides_of(grads.dg);
   prm.scale = static_cast<float>(p.scale);
-  prm.qhat = ws.ptr<void>(qhat);
-  prm.lse2 = ws.ptr<float>(lse2);
-  prm.delta = ws.ptr<float>(delta);
-  prm.dohat = dohat >= 0 ? ws.ptr<void>(dohat) : nullptr;
-  prm.dqacc = ws.ptr<float>(dqacc);
-  prm.dkacc = ws.ptr<float>(dkacc);
-  prm.dvacc = ws.ptr<float>(dvacc);
-  prm.dpacc = ws.ptr<float>(dpacc);
-  prm.dgacc = dgacc >= 0 ? ws.ptr<float>(dgacc) : nullptr;
-  prm.dgrow = dgrow >= 0 ? ws.ptr<float>(dgrow) : nullptr;
-  prm.count_q = ws.ptr<int>(count_q);
-  prm.count_p = ws.ptr<int>(count_p);
-  prm.next_task = ws.ptr<int>(next_task);
-  prm.tasks = ws.ptr<const int>(tasks);
-  prm.num_tasks = num_tasks;
-  prm.slots = ws.ptr<void>(slots);
+  prm.qhat = ws.ptr<void>(b.qhat);
+  prm.lse2 = ws.ptr<float>(b.lse2);
+  prm.delta = ws.ptr<float>(b.delta);
+  prm.dohat = b.dohat >= 0 ? ws.ptr<void>(b.dohat) : nullptr;
+  prm.dqacc = ws.ptr<float>(b.dqacc);
+  prm.dkacc = ws.ptr<float>(b.dkacc);
+  prm.dvacc = ws.ptr<float>(b.dvacc);
+  prm.dpacc = ws.ptr<float>(b.dpacc);
+  prm.dgacc = b.dgacc >= 0 ? ws.ptr<float>(b.dgacc) : nullptr;
+  prm.dgrow = b.dgrow >= 0 ? ws.ptr<float>(b.dgrow) : nullptr;
+  prm.count_q = ws.ptr<int>(b.count_q);
+  prm.count_p = ws.ptr<int>(b.count_p);
+  prm.next_task = ws.ptr<int>(b.next_task);
+  prm.tasks = ws.ptr<const int>(b.tasks);
+  prm.num_tasks = static_cast<int>(plan.bwd_tasks.size());
+  prm.slots = ws.ptr<void>(b.slots);
   prm.slot_chunks = plan.max_chunks;
-  prm.local_scratch = ws.ptr<float>(local);
+  prm.local_scratch = ws.ptr<float>(b.local);
   prm.deterministic = in.deterministic;
   if (const char* e = std::getenv("PATHATTN_BWD_TIMING_SKIP")) prm.timing_skip = std::atoi(e);
   run_backward(prm, grid, p.dtype, D, p.has_gate, stream);
+}
+
+}  // namespace
+
+void backward(const Problem& p, const Inputs& in, const TensorView& o, const TensorView& lse, const TensorView& dout,
+              const TensorView& dlse, const Gradients& grads) {
+  if (Support s = supports(p, in, true); !s) throw Error("pathattn: cuda backward: " + s.reason);
+  for (auto [t, name] : {std::pair{&o, "o"}, {&dout, "dout"}, {&grads.dq, "dq"}, {&grads.dk, "dk"}, {&grads.dv, "dv"}})
+    if (Support s = check_rows(*t, name, 2); !s) throw Error("pathattn: cuda backward: " + s.reason);
+  if (p.B == 0 || p.T == 0) return;
+  DeviceGuard guard(in.q.device_index);
+  const cudaStream_t stream = static_cast<cudaStream_t>(in.cuda_stream);
+  if (checks_values(in)) check_values(in, p, stream);
+  // Pairs interleaved in the main kernel's task list (plan.cu); PATHATTN_BWD_PAIR_GROUP overrides it for timing.
+  const std::vector<Segment> segs = sequences(p, in, stream);
+  int64_t longest = 0;
+  for (const Segment& s : segs) longest = std::max(longest, s.len);
+  int pair_group = bwd_pair_group(longest);
+  if (const char* e = std::getenv("PATHATTN_BWD_PAIR_GROUP")) pair_group = std::max(1, std::atoi(e));
+  // Within the scratch limit: groups of kv heads in turn (common/head_slices.h), each its own call. The sums
+  // across heads are GQA's over the query heads of one kv head, which stay in one slice: the same bits either way.
+  const auto bytes = [&](int64_t n) {
+    const Problem ps = slice_problem(p, {0, n});
+    const Plan plan = make_plan(segs, static_cast<int>(n), true, pair_group);
+    Workspace ws;
+    declare_backward(ws, ps, plan, grid_for(ps, in, plan));
+    return ws.total();
+  };
+  const std::size_t limit = workspace_limit(in);
+  const int64_t per_slice = heads_per_slice(p.H, limit, bytes);
+  profile_slices("backward", p.H, per_slice, bytes(per_slice), limit);
+  for (const HeadSlice& s : head_slices(p.H, per_slice))
+    backward_heads(slice_problem(p, s), slice_inputs(in, s, p.group), slice_heads(o, s.h0 * p.group, s.n * p.group),
+                   slice_heads(lse, s.h0 * p.group, s.n * p.group), slice_heads(dout, s.h0 * p.group, s.n * p.group),
+                   slice_heads(dlse, s.h0 * p.group, s.n * p.group), slice_gradients(grads, s, p.group), segs,
+                   pair_group, stream);
 }
 
 Support supports_decode(const Problem& p, const Inputs& in) {

@@ -212,6 +212,36 @@ TEST(CudaBackwardDeterminism, BitwiseRepeatable) {
   check_gradients(nd, f64_oracle(c.P, c.og, false), c.baseline());
 }
 
+// Inputs::cuda_workspace_limit: a limit below one call's scratch runs the call over groups of kv heads in turn
+// (common/head_slices.h). The heads are independent, so forward and (deterministic) backward give the same bits as
+// one call over all heads; a limit of 1 byte forces one kv head at a time. GQA 2:1, gate, B > 1.
+TEST(CudaWorkspaceLimit, HeadSlicesSameBits) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  CudaCase c(GpuSpec{{.B = 2, .T = 300, .H = 4, .HQ = 8, .D = 64, .DV = 64, .gate = true, .seed = 27}, DType::bf16});
+  const Spec& s = c.gs.s;
+  Inputs whole = c.dev.in, sliced = c.dev.in;
+  whole.cuda_workspace_limit = 0;
+  sliced.cuda_workspace_limit = 1;
+  DevOut o1({s.B, s.T, s.HQ, s.DV}, c.gs.dt), lse1({s.B, s.T, s.HQ}, DType::f32);
+  DevOut o2({s.B, s.T, s.HQ, s.DV}, c.gs.dt), lse2({s.B, s.T, s.HQ}, DType::f32);
+  ASSERT_NO_THROW(pathattn::forward(whole, ForwardOutputs{o1.view, lse1.view, {}}, Backend::cuda));
+  ASSERT_NO_THROW(pathattn::forward(sliced, ForwardOutputs{o2.view, lse2.view, {}}, Backend::cuda));
+  DevGrads a(c.gs), b(c.gs);
+  ASSERT_NO_THROW(pathattn::backward(whole, o1.view, lse1.view, c.dout.view, a.views(), Backend::cuda));
+  ASSERT_NO_THROW(pathattn::backward(sliced, o1.view, lse1.view, c.dout.view, b.views(), Backend::cuda));
+  TEST_CUDA(cudaDeviceSynchronize());
+  EXPECT_TRUE(o1.buf.download<uint8_t>() == o2.buf.download<uint8_t>()) << "o differs with one kv head per call";
+  EXPECT_TRUE(lse1.buf.download<uint8_t>() == lse2.buf.download<uint8_t>()) << "lse differs with one kv head per call";
+  const auto la = a.list(), lb = b.list();
+  for (size_t i = 0; i < la.size(); ++i) {
+    EXPECT_TRUE(std::get<1>(la[i])->buf.download<uint8_t>() == std::get<1>(lb[i])->buf.download<uint8_t>())
+        << std::get<0>(la[i]) << " differs with one kv head per call";
+    EXPECT_TRUE(std::get<1>(lb[i])->buf.guards_intact()) << "write outside " << std::get<0>(lb[i]);
+  }
+  // And the sliced gradients are right, not only the same.
+  check_gradients(b, f64_oracle(c.P, c.og, false), c.baseline());
+}
+
 // The backward refuses DV != D as the forward does, with the reason in the message (CudaSupport: the name the
 // forward's support test has, so that one sanitizer filter selects both).
 TEST(CudaSupport, BackwardRefusesDvNotD) {
