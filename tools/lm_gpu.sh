@@ -2,8 +2,9 @@
 # The GPU side of issue 12 (docs/results/lm/README.md): PaTH vs RoPE vs FoX language models on the kernel data,
 # in device commands of at most 10 minutes each, run from the repository root on the GPU machine.
 #
-#   tools/lm_gpu.sh build                 pathattn_train, pathattn_lm_eval and bench_step against the machine's torch
-#                                         with the CUDA op (build-gpu-torch, as gpu_check.sh's torch and model modes)
+#   tools/lm_gpu.sh build                 pathattn_train, pathattn_lm_eval, bench_step and the torch op library (for
+#                                         bench/cuda/bench_train.py) against the machine's torch with the CUDA op
+#                                         (build-gpu-torch, as gpu_check.sh's torch and model modes)
 #   tools/lm_gpu.sh unpack PART [PART..]  data parts of tools/lm_pack.py into $LM_DATA
 #   tools/lm_gpu.sh probe [RUN ..]        one training step per mechanism of the runs (default LM_PROBE) at this
 #                                         configuration (bench_step): tokens/s; with LM_TRAIN_BUDGET (seconds of GPU
@@ -109,7 +110,7 @@ case "$CMD" in
       -DCMAKE_BUILD_TYPE=Release "${cli[@]}" \
       -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')" \
       -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" > /tmp/lm_build.log 2>&1 &&
-      make -C $BUILD -j"$(nproc)" pathattn_train pathattn_lm_eval bench_step >> /tmp/lm_build.log 2>&1
+      make -C $BUILD -j"$(nproc)" pathattn_train pathattn_lm_eval bench_step pathattn_torch >> /tmp/lm_build.log 2>&1
     rc=$?
     echo "lm build: rc=$rc ($(( $(date +%s) - t0 )) s)"; [ $rc = 0 ] || { tail -30 /tmp/lm_build.log; exit $rc; }
     ;;
