@@ -85,7 +85,8 @@ void profile_slices(const char* op, int64_t H, int64_t per_slice, std::size_t by
 struct SharedBuffers {
   int chunks, seqs, order, khat, u, w, m, step, f32 = -1, gl = -1, goff = -1, gtot = -1;
 };
-SharedBuffers declare_shared(Workspace& ws, const Problem& p, const Plan& plan, bool f32_copies) {
+// with_m: the forward's main kernel reads the chunks' M (Eq. 12); the backward recomputes it in bwd_local.
+SharedBuffers declare_shared(Workspace& ws, const Problem& p, const Plan& plan, bool f32_copies, bool with_m) {
   const std::size_t NC = plan.chunks.size(), rows = NC * p.H * kChunk;
   SharedBuffers b{};
   b.chunks = ws.add("chunks", NC * sizeof(ChunkInfo));
@@ -94,7 +95,7 @@ SharedBuffers declare_shared(Workspace& ws, const Problem& p, const Plan& plan, 
   b.khat = ws.add("khat", rows * p.D * 2);
   b.u = ws.add("u", rows * p.D * 2);
   b.w = ws.add("w", rows * p.D * 2);
-  b.m = ws.add("m", rows * kChunk * 2);
+  b.m = with_m ? ws.add("m", rows * kChunk * 2) : -1;
   b.step = ws.add("step", NC * p.H * p.D * p.D * 2);
   if (f32_copies) b.f32 = ws.add("f32 khat, u, w", 3 * rows * p.D * 4);
   if (p.has_gate) {
@@ -148,7 +149,7 @@ void fill_shared(FwdParams& prm, const Workspace& ws, const SharedBuffers& b, co
   prm.ws.khat = ws.ptr<void>(b.khat);
   prm.ws.u = ws.ptr<void>(b.u);
   prm.ws.w = ws.ptr<void>(b.w);
-  prm.ws.m = ws.ptr<void>(b.m);
+  prm.ws.m = b.m >= 0 ? ws.ptr<void>(b.m) : nullptr;
   prm.ws.step = ws.ptr<void>(b.step);
   if (b.f32 >= 0) {
     const std::size_t rows = plan.chunks.size() * p.H * kChunk;
@@ -192,7 +193,7 @@ void forward_heads(const Problem& p, const Inputs& in, const ForwardOutputs& out
   check_32bit(p, NC, "forward");
 
   Workspace ws;
-  const SharedBuffers shared = declare_shared(ws, p, plan, want_kcache);
+  const SharedBuffers shared = declare_shared(ws, p, plan, want_kcache, true);
   ws.acquire(in, in.q.device_index, stream);
   FwdParams prm{};
   fill_shared(prm, ws, shared, p, in, plan, out.o, out.lse, stream);
@@ -216,7 +217,7 @@ void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out) {
   // Within the scratch limit: groups of kv heads in turn (common/head_slices.h), each its own call.
   const auto bytes = [&](int64_t n) {
     Workspace ws;
-    declare_shared(ws, slice_problem(p, {0, n}), make_plan(segs, static_cast<int>(n), false), want_kcache);
+    declare_shared(ws, slice_problem(p, {0, n}), make_plan(segs, static_cast<int>(n), false), want_kcache, true);
     return ws.total();
   };
   const std::size_t limit = workspace_limit(in);
@@ -239,7 +240,7 @@ BwdBuffers declare_backward(Workspace& ws, const Problem& p, const Plan& plan, c
   const int64_t D = p.D;
   const std::size_t q_rows = static_cast<std::size_t>(NC) * p.HQ * kChunk, k_rows = static_cast<std::size_t>(NC) * p.H * kChunk;
   BwdBuffers b{};
-  b.shared = declare_shared(ws, p, plan, false);
+  b.shared = declare_shared(ws, p, plan, false, false);
   b.tasks = ws.add("bwd tasks", plan.bwd_tasks.size() * sizeof(int));
   b.qhat = ws.add("qhat", q_rows * D * 2);
   b.lse2 = ws.add("lse2", q_rows * 4);

@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(256) prep_kernel(FwdParams p) {
   T* gU = static_cast<T*>(p.ws.u) + base * D;
   T* gW = static_cast<T*>(p.ws.w) + base * D;
   T* gK = static_cast<T*>(p.ws.khat) + base * D;
-  T* gM = static_cast<T*>(p.ws.m) + base * C;
+  T* gM = p.ws.m ? static_cast<T*>(p.ws.m) + base * C : nullptr;
 
   // U = T b W (Eq. 10), and W itself in the tensor-core dtype.
   for (int e = tid; e < C * D; e += blockDim.x) {
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(256) prep_kernel(FwdParams p) {
     float s = 0.f;
     for (int l = j + 1; l <= i; ++l) s = fmaf(sT[i * LC + l] * sBeta[l], sX[l * LC + j], s);
     sA[i * LC + j] = s;
-    gM[e] = TypeTraits<T>::from_float(s);
+    if (gM) gM[e] = TypeTraits<T>::from_float(s);  // the backward reads no M (api.cu gives none)
   }
   __syncthreads();
   // K^ = K - M^T W (Eq. 14): k^_j = k_j - sum_{i > j} M[i][j] w_i.

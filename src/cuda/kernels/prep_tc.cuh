@@ -436,12 +436,14 @@ __global__ void __launch_bounds__(128, D == 64 ? 4 : 3) prep_tc_kernel(FwdParams
     warp_mma_tf32_pairs<NTC, C>(
         acc, [&](int i, int kk) { return *reinterpret_cast<const float2*>(sT + (rw + i) * LS + kk); },
         [&](int kk, int n) { return *reinterpret_cast<const float2*>(sX + n * LS + kk); });
-    T* gM = ws_tile(p.ws.m, C * C);
+    if (p.ws.m) {  // the forward's main kernel reads M; the backward recomputes it (api.cu gives it none)
+      T* gM = ws_tile(p.ws.m, C * C);
 #pragma unroll
-    for (int nt = 0; nt < NTC; ++nt)
+      for (int nt = 0; nt < NTC; ++nt)
 #pragma unroll
-      for (int half = 0; half < 2; ++half)
-        store2(gM + (rw + g + 8 * half) * C + nt * 8 + 2 * t4, acc[nt][2 * half], acc[nt][2 * half + 1]);
+        for (int half = 0; half < 2; ++half)
+          store2(gM + (rw + g + 8 * half) * C + nt * 8 + 2 * t4, acc[nt][2 * half], acc[nt][2 * half + 1]);
+    }
     __syncthreads();  // every warp is done with X
 #pragma unroll
     for (int nt = 0; nt < NTC; ++nt)
