@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -74,8 +75,10 @@ std::size_t workspace_limit(const Inputs& in) {
 }
 
 // PATHATTN_CUDA_PROFILE (dispatch.cu's stage timer) also prints how a call was cut to fit the scratch limit.
-void profile_slices(const char* op, int64_t H, int64_t per_slice, std::size_t bytes, std::size_t limit) {
+void profile_slices(const char* op, int64_t H, int64_t per_slice,
+                    const std::function<std::size_t(int64_t)>& bytes_of, std::size_t limit) {
   if (std::getenv("PATHATTN_CUDA_PROFILE") == nullptr) return;
+  const std::size_t bytes = bytes_of(per_slice);
   std::fprintf(stderr, "[pathattn profile] workspace %s: %lld call(s) of %lld kv head(s), %.1f MiB each (limit %.0f MiB)\n",
                op, static_cast<long long>((H + per_slice - 1) / per_slice), static_cast<long long>(per_slice),
                static_cast<double>(bytes) / (1 << 20), static_cast<double>(limit) / (1 << 20));
@@ -222,7 +225,7 @@ void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out) {
   };
   const std::size_t limit = workspace_limit(in);
   const int64_t per_slice = heads_per_slice(p.H, limit, bytes);
-  profile_slices("forward", p.H, per_slice, bytes(per_slice), limit);
+  profile_slices("forward", p.H, per_slice, bytes, limit);
   for (const HeadSlice& s : head_slices(p.H, per_slice))
     forward_heads(slice_problem(p, s), slice_inputs(in, s, p.group), slice_outputs(out, s, p.group), segs, stream);
 }
@@ -359,7 +362,7 @@ void backward(const Problem& p, const Inputs& in, const TensorView& o, const Ten
   };
   const std::size_t limit = workspace_limit(in);
   const int64_t per_slice = heads_per_slice(p.H, limit, bytes);
-  profile_slices("backward", p.H, per_slice, bytes(per_slice), limit);
+  profile_slices("backward", p.H, per_slice, bytes, limit);
   for (const HeadSlice& s : head_slices(p.H, per_slice))
     backward_heads(slice_problem(p, s), slice_inputs(in, s, p.group), slice_heads(o, s.h0 * p.group, s.n * p.group),
                    slice_heads(lse, s.h0 * p.group, s.n * p.group), slice_heads(dout, s.h0 * p.group, s.n * p.group),
