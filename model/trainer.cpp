@@ -30,8 +30,12 @@ torch::Tensor masked_loss(const torch::Tensor& logits, const Batch& b) {
 
 namespace {
 
+// To a GPU through pinned memory without waiting (a blocking copy from pageable memory synchronises the stream,
+// which would stall the host's launches of the step behind the GPU's work on the previous one).
 Batch to_device(const Batch& b, torch::Device dev) {
-  return {b.input.to(dev), b.target.to(dev), b.mask.to(dev)};
+  if (!dev.is_cuda()) return {b.input.to(dev), b.target.to(dev), b.mask.to(dev)};
+  auto up = [&](const torch::Tensor& t) { return t.pin_memory().to(dev, /*non_blocking=*/true); };
+  return {up(b.input), up(b.target), up(b.mask)};
 }
 
 Batch slice(const Batch& b, int64_t start, int64_t len) {
@@ -78,6 +82,20 @@ void truncate_metrics(const fs::path& csv, int64_t step) {
 
 }  // namespace
 
+// trainer.h. torch::nn::utils::clip_grad_norm_'s arithmetic (the 2-norm of the gradients' 2-norms, scale min(1, max_norm /
+// (norm + 1e-6))) without its return value: the C++ version reads the norm back to the host, a synchronisation
+// every step.
+void clip_grad_norm_no_sync(const std::vector<torch::Tensor>& params, double max_norm) {
+  std::vector<torch::Tensor> grads, norms;
+  for (const auto& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return;
+  for (const auto& g : grads) norms.push_back(g.data().norm(2));
+  const torch::Tensor total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm(2);
+  const torch::Tensor coef = torch::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
+  for (auto& g : grads) g.data().mul_(coef);
+}
+
 torch::optim::AdamWOptions adamw_options(const TrainConfig& cfg) {
   return torch::optim::AdamWOptions(cfg.lr).betas({cfg.beta1, cfg.beta2}).weight_decay(cfg.weight_decay);
 }
@@ -104,7 +122,7 @@ torch::Tensor train_step(Transformer& model, torch::optim::AdamW& opt, const std
     (micro.size() == 1 ? loss : loss / n).backward();
     total = total.defined() ? total + loss.detach() : loss.detach();
   }
-  if (cfg.clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), cfg.clip);
+  if (cfg.clip > 0) clip_grad_norm_no_sync(model->parameters(), cfg.clip);
   opt.step();
   return micro.size() == 1 ? total : total / n;
 }
@@ -260,22 +278,39 @@ TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, 
   const int64_t start_step = st.step;
   const double seconds_before = st.seconds;
   double last_loss = NAN;
+  // The steps' losses stay on the device until the loop prints or saves them: reading one waits for the GPU, and
+  // the host should run ahead, queueing the next step while the GPU works (the small models are launch-bound).
+  // They are added to loss_sum in step order, as doubles, as a per-step read did: the same bits.
+  std::vector<torch::Tensor> pending;
+  double step_loss = NAN;  // the last read step's
+  auto read_losses = [&] {
+    if (pending.empty()) return;
+    const torch::Tensor host = torch::stack(pending).to(torch::kCPU).to(torch::kDouble);
+    const auto a = host.accessor<double, 1>();
+    for (int64_t i = 0; i < a.size(0); ++i) {
+      st.loss_sum += a[i];
+      ++st.loss_count;
+    }
+    step_loss = a[a.size(0) - 1];
+    pending.clear();
+  };
   while (st.step < cfg.steps) {
     const double lr = lr_at(cfg, st.step);
     for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
     std::vector<Batch> micro;
     for (int64_t m = 0; m < cfg.grad_accum; ++m)
       micro.push_back(to_device(draw_batch(task, cfg, st.step, m), cfg.device));
-    const double loss = train_step(model, opt, micro, cfg).item<double>();
+    pending.push_back(train_step(model, opt, micro, cfg).reshape({}));
     ++st.step;
-    st.loss_sum += loss;
-    ++st.loss_count;
+    if (pending.size() >= 512) read_losses();  // a bound on what waits; a read every 512 steps costs nothing
 
     const double secs = elapsed();
     st.seconds = seconds_before + secs;
     const int64_t done_here = st.step - start_step;
     const double tok_s = done_here * res.tokens_per_step / std::max(secs, 1e-9);
     if (cfg.log_every > 0 && (st.step % cfg.log_every == 0 || st.step == cfg.steps)) {
+      read_losses();
+      const double loss = step_loss;
       const double eta = secs / done_here * (cfg.steps - st.step);
       std::printf("[%s] step %ld/%ld  loss %.4f  lr %.2e  %.0f tok/s  %.1fM tok  elapsed %s  ETA %s\n",
                   run_label.c_str(), (long)st.step, (long)cfg.steps, loss, lr, tok_s,
@@ -286,6 +321,7 @@ TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, 
     bool stop = false;
     if ((cfg.eval_every > 0 && st.step % cfg.eval_every == 0) || last) {
       auto ev = evaluate(model, eval_sets, cfg.eval_batch, cfg.device, cfg.precision);
+      read_losses();
       last_loss = st.loss_sum / std::max<int64_t>(1, st.loss_count);
       st.loss_sum = 0;
       st.loss_count = 0;
@@ -329,6 +365,7 @@ TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, 
       std::fflush(stdout);
     }
     if (!cfg.out_dir.empty() && (last || stop || limit || (cfg.ckpt_every > 0 && st.step % cfg.ckpt_every == 0))) {
+      read_losses();  // the checkpoint holds loss_sum
       save_checkpoint(model, opt, ckpt, st, task_config, data_state);
     }
     if (stop || limit) {
@@ -336,6 +373,7 @@ TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, 
       break;
     }
   }
+  read_losses();
   res.steps_done = st.step;
   res.seconds = st.seconds;
   res.final_train_loss = last_loss;

@@ -94,6 +94,11 @@ torch::Tensor masked_loss(const torch::Tensor& logits, const Batch& b);
 EvalResult evaluate(Transformer& model, const std::vector<EvalSet>& sets, int64_t eval_batch, torch::Device dev,
                     Precision precision = Precision::f32);
 
+// Scales the parameters' gradients by min(1, max_norm / (||g|| + 1e-6)), ||g|| the 2-norm over all of them, with
+// torch::nn::utils::clip_grad_norm_'s arithmetic (the same bits) but without reading the norm back to the host,
+// which would synchronise with the device at every step.
+void clip_grad_norm_no_sync(const std::vector<torch::Tensor>& params, double max_norm);
+
 // AdamW as the trainer configures it (betas, weight decay; the learning rate is set per step by train()).
 torch::optim::AdamWOptions adamw_options(const TrainConfig& cfg);
 

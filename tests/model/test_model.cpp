@@ -2,6 +2,7 @@
 // save/load keeps the logits, one batch is overfitted, a tiny training run beats chance, resume is exact.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -260,6 +261,33 @@ TEST(Model, LearningRateSchedule) {
   EXPECT_DOUBLE_EQ(lr_at(tc, 9), 1.0);
   EXPECT_NEAR(lr_at(tc, 55), 0.55, 1e-12);  // half way through the cosine
   EXPECT_NEAR(lr_at(tc, 100), 0.1, 1e-12);
+}
+
+// The trainer's clipping without the host read: torch's clip_grad_norm_ bit for bit, when it clips (a norm far
+// above max_norm) and when it does not, and with a parameter that has no gradient.
+TEST(Model, ClipWithoutSyncIsTorchsClip) {
+  torch::manual_seed(3);
+  for (double max_norm : {0.5, 1e6}) {
+    std::vector<torch::Tensor> a, b;
+    for (auto shape : {std::vector<int64_t>{7, 5}, std::vector<int64_t>{13}, std::vector<int64_t>{2, 3, 4}}) {
+      a.push_back(torch::randn(shape).requires_grad_());
+      a.back().mutable_grad() = 10 * torch::randn(shape);
+      b.push_back(a.back().detach().clone().requires_grad_());
+      b.back().mutable_grad() = a.back().grad().clone();
+    }
+    a.push_back(torch::randn({3}).requires_grad_());  // no gradient
+    b.push_back(a.back().detach().clone().requires_grad_());
+    torch::nn::utils::clip_grad_norm_(a, max_norm);
+    clip_grad_norm_no_sync(b, max_norm);
+    for (size_t i = 0; i + 1 < a.size(); ++i)
+      EXPECT_TRUE(torch::equal(a[i].grad(), b[i].grad())) << "gradient " << i << ", max_norm " << max_norm;
+    EXPECT_FALSE(b.back().grad().defined());
+    if (max_norm < 1) {  // it did clip: the total norm is max_norm (to rounding)
+      double sq = 0;
+      for (size_t i = 0; i + 1 < b.size(); ++i) sq += b[i].grad().pow(2).sum().item<double>();
+      EXPECT_NEAR(std::sqrt(sq), max_norm, 1e-5);
+    }
+  }
 }
 
 TEST(Model, BadConfigurationIsRejected) {
