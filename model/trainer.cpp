@@ -82,9 +82,9 @@ void truncate_metrics(const fs::path& csv, int64_t step) {
 
 }  // namespace
 
-// trainer.h. torch::nn::utils::clip_grad_norm_'s arithmetic (the 2-norm of the gradients' 2-norms, scale min(1, max_norm /
-// (norm + 1e-6))) without its return value: the C++ version reads the norm back to the host, a synchronisation
-// every step.
+// trainer.h. torch::nn::utils::clip_grad_norm_'s arithmetic (the 2-norm of the gradients' 2-norms, the scale
+// min(1, max_norm / (norm + 1e-6))) without its return value: the C++ version reads the norm back to the host, a
+// synchronisation every step.
 void clip_grad_norm_no_sync(const std::vector<torch::Tensor>& params, double max_norm) {
   std::vector<torch::Tensor> grads, norms;
   for (const auto& p : params)

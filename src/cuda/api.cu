@@ -79,8 +79,9 @@ void profile_slices(const char* op, int64_t H, int64_t per_slice,
                     const std::function<std::size_t(int64_t)>& bytes_of, std::size_t limit) {
   if (std::getenv("PATHATTN_CUDA_PROFILE") == nullptr) return;
   const std::size_t bytes = bytes_of(per_slice);
-  std::fprintf(stderr, "[pathattn profile] workspace %s: %lld call(s) of %lld kv head(s), %.1f MiB each (limit %.0f MiB)\n",
-               op, static_cast<long long>((H + per_slice - 1) / per_slice), static_cast<long long>(per_slice),
+  std::fprintf(stderr,
+               "[pathattn profile] workspace %s: %lld call(s) of %lld kv head(s), %.1f MiB each (limit %.0f MiB)\n", op,
+               static_cast<long long>((H + per_slice - 1) / per_slice), static_cast<long long>(per_slice),
                static_cast<double>(bytes) / (1 << 20), static_cast<double>(limit) / (1 << 20));
 }
 
@@ -235,7 +236,8 @@ namespace {
 // The backward's workspace table beyond the shared buffers (ids into the Workspace).
 struct BwdBuffers {
   SharedBuffers shared;
-  int tasks, qhat, lse2, delta, dqacc, dkacc, dvacc, dpacc, dgacc, dgrow, count_q, count_p, next_task, dohat, slots, local;
+  int tasks, qhat, lse2, delta, dqacc, dkacc, dvacc, dpacc, dgacc, dgrow;
+  int count_q, count_p, next_task, dohat, slots, local;
 };
 
 BwdBuffers declare_backward(Workspace& ws, const Problem& p, const Plan& plan, const BwdGrid& grid) {
