@@ -64,9 +64,10 @@ void expect_slices_equal(const Spec& spec, int64_t per_slice) {
   for (const HeadSlice& s : head_slices(spec.H, per_slice)) {
     const Inputs in = slice_inputs(parts.in, s, G);
     pathattn::forward(in, slice_outputs(parts.fwd_outputs(true), s, G), Backend::cpu);
-    const auto q_heads = [&](const TensorView& t) { return slice_heads(t, s.h0 * G, s.n * G); };
-    pathattn::backward(in, q_heads(parts.o.view), q_heads(parts.lse.view), q_heads(parts.dout.view),
-                       q_heads(parts.dlse.view), slice_gradients(parts.grads(), s, G), Backend::cpu);
+    const HeadSlice qs = query_heads(s, G);
+    pathattn::backward(in, slice_heads(parts.o.view, qs), slice_heads(parts.lse.view, qs),
+                       slice_heads(parts.dout.view, qs), slice_heads(parts.dlse.view, qs),
+                       slice_gradients(parts.grads(), s, G), Backend::cpu);
   }
   EXPECT_TRUE(parts.guards_intact());
   std::vector<std::pair<const char*, Buffer<float> Case<float>::*>> outputs = {

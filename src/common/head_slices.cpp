@@ -39,26 +39,25 @@ Problem slice_problem(const Problem& p, const HeadSlice& s) {
 
 Inputs slice_inputs(const Inputs& in, const HeadSlice& s, int64_t group) {
   Inputs out = in;  // cu_seqlens, scale, stream, switches and the workspace callback as they are
-  const int64_t q0 = s.h0 * group, nq = s.n * group;
-  out.q = slice_heads(in.q, q0, nq);
-  out.g = slice_heads(in.g, q0, nq);
-  out.k = slice_heads(in.k, s.h0, s.n);
-  out.v = slice_heads(in.v, s.h0, s.n);
-  out.w = slice_heads(in.w, s.h0, s.n);
-  out.beta = slice_heads(in.beta, s.h0, s.n);
+  const HeadSlice qs = query_heads(s, group);
+  out.q = slice_heads(in.q, qs);
+  out.g = slice_heads(in.g, qs);
+  out.k = slice_heads(in.k, s);
+  out.v = slice_heads(in.v, s);
+  out.w = slice_heads(in.w, s);
+  out.beta = slice_heads(in.beta, s);
   return out;
 }
 
 ForwardOutputs slice_outputs(const ForwardOutputs& o, const HeadSlice& s, int64_t group) {
-  return ForwardOutputs{slice_heads(o.o, s.h0 * group, s.n * group), slice_heads(o.lse, s.h0 * group, s.n * group),
-                        slice_heads(o.kcache, s.h0, s.n)};
+  const HeadSlice qs = query_heads(s, group);
+  return ForwardOutputs{slice_heads(o.o, qs), slice_heads(o.lse, qs), slice_heads(o.kcache, s)};
 }
 
 Gradients slice_gradients(const Gradients& g, const HeadSlice& s, int64_t group) {
-  const int64_t q0 = s.h0 * group, nq = s.n * group;
-  return Gradients{slice_heads(g.dq, q0, nq),         slice_heads(g.dk, s.h0, s.n),
-                   slice_heads(g.dv, s.h0, s.n),      slice_heads(g.dw, s.h0, s.n),
-                   slice_heads(g.dbeta, s.h0, s.n),   slice_heads(g.dg, q0, nq)};
+  const HeadSlice qs = query_heads(s, group);
+  return Gradients{slice_heads(g.dq, qs), slice_heads(g.dk, s),    slice_heads(g.dv, s),
+                   slice_heads(g.dw, s),  slice_heads(g.dbeta, s), slice_heads(g.dg, qs)};
 }
 
 }  // namespace pathattn

@@ -31,6 +31,10 @@ int64_t heads_per_slice(int64_t H, std::size_t limit, const std::function<std::s
 // The view of heads [first, first + count) of dimension 2 (the head dimension of every tensor of the op: q, k, v,
 // w, o, dout, the gradients [B, T, heads, D]; beta, g, lse, dlse [B, T, heads]). Absent views stay absent.
 TensorView slice_heads(const TensorView& t, int64_t first, int64_t count);
+inline TensorView slice_heads(const TensorView& t, const HeadSlice& s) { return slice_heads(t, s.h0, s.n); }
+
+// The query heads of kv heads s, `group` per kv head: [s.h0 group, (s.h0 + s.n) group).
+inline HeadSlice query_heads(const HeadSlice& s, int64_t group) { return {s.h0 * group, s.n * group}; }
 
 // The problem, inputs, outputs and gradients of one slice (query heads: `group` per kv head).
 Problem slice_problem(const Problem& p, const HeadSlice& s);

@@ -265,9 +265,10 @@ BwdBuffers declare_backward(Workspace& ws, const Problem& p, const Plan& plan, c
   return b;
 }
 
-// The launch grid of a backward over p's heads with this plan.
-BwdGrid grid_for(const Problem& p, const Inputs& in, const Plan& plan) {
-  BwdGrid grid = backward_grid(p.dtype, static_cast<int>(p.D), p.has_gate, in.deterministic, static_cast<int>(p.group));
+// The launch grid of a backward over p's heads with this plan: `resident` (backward_grid: the CTAs that fit the
+// device, the same for every slice of a call) capped by the plan's tasks.
+BwdGrid grid_for(const BwdGrid& resident, const Problem& p, const Plan& plan) {
+  BwdGrid grid = resident;
   grid.main_ctas = std::min(grid.main_ctas, static_cast<int>(plan.bwd_tasks.size()));
   grid.local_ctas = std::min(grid.local_ctas, static_cast<int>(plan.chunks.size() * p.H));
   return grid;
@@ -276,13 +277,13 @@ BwdGrid grid_for(const Problem& p, const Inputs& in, const Plan& plan) {
 // One backward call over all of p's heads (a slice of the caller's, see backward()).
 void backward_heads(const Problem& p, const Inputs& in, const TensorView& o, const TensorView& lse,
                     const TensorView& dout, const TensorView& dlse, const Gradients& grads,
-                    const std::vector<Segment>& segs, int pair_group, cudaStream_t stream) {
+                    const std::vector<Segment>& segs, int pair_group, const BwdGrid& resident, cudaStream_t stream) {
   const Plan plan = make_plan(segs, static_cast<int>(p.H), true, pair_group);
   const int NC = static_cast<int>(plan.chunks.size());
   if (NC == 0) return;
   check_32bit(p, NC, "backward");
   const int D = static_cast<int>(p.D);
-  const BwdGrid grid = grid_for(p, in, plan);
+  const BwdGrid grid = grid_for(resident, p, plan);
   if (static_cast<int64_t>(grid.main_ctas) * plan.max_chunks * kChunk > INT32_MAX)
     throw Error("pathattn: cuda backward: " + std::to_string(grid.main_ctas) + " slots x " +
                 std::to_string(plan.max_chunks * kChunk) + " rows exceed the kernels' 32-bit coordinates (2^31 - 1)");
@@ -353,23 +354,26 @@ void backward(const Problem& p, const Inputs& in, const TensorView& o, const Ten
   for (const Segment& s : segs) longest = std::max(longest, s.len);
   int pair_group = bwd_pair_group(longest);
   if (const char* e = std::getenv("PATHATTN_BWD_PAIR_GROUP")) pair_group = std::max(1, std::atoi(e));
+  const BwdGrid resident =
+      backward_grid(p.dtype, static_cast<int>(p.D), p.has_gate, in.deterministic, static_cast<int>(p.group));
   // Within the scratch limit: groups of kv heads in turn (common/head_slices.h), each its own call. The sums
   // across heads are GQA's over the query heads of one kv head, which stay in one slice: the same bits either way.
   const auto bytes = [&](int64_t n) {
     const Problem ps = slice_problem(p, {0, n});
     const Plan plan = make_plan(segs, static_cast<int>(n), true, pair_group);
     Workspace ws;
-    declare_backward(ws, ps, plan, grid_for(ps, in, plan));
+    declare_backward(ws, ps, plan, grid_for(resident, ps, plan));
     return ws.total();
   };
   const std::size_t limit = workspace_limit(in);
   const int64_t per_slice = heads_per_slice(p.H, limit, bytes);
   profile_slices("backward", p.H, per_slice, bytes, limit);
-  for (const HeadSlice& s : head_slices(p.H, per_slice))
-    backward_heads(slice_problem(p, s), slice_inputs(in, s, p.group), slice_heads(o, s.h0 * p.group, s.n * p.group),
-                   slice_heads(lse, s.h0 * p.group, s.n * p.group), slice_heads(dout, s.h0 * p.group, s.n * p.group),
-                   slice_heads(dlse, s.h0 * p.group, s.n * p.group), slice_gradients(grads, s, p.group), segs,
-                   pair_group, stream);
+  for (const HeadSlice& s : head_slices(p.H, per_slice)) {
+    const HeadSlice qs = query_heads(s, p.group);
+    backward_heads(slice_problem(p, s), slice_inputs(in, s, p.group), slice_heads(o, qs), slice_heads(lse, qs),
+                   slice_heads(dout, qs), slice_heads(dlse, qs), slice_gradients(grads, s, p.group), segs, pair_group,
+                   resident, stream);
+  }
 }
 
 Support supports_decode(const Problem& p, const Inputs& in) {
