@@ -41,7 +41,10 @@ void* kernel_stream(const Tensor& q) {
 
 // The CUDA kernels' scratch from torch's caching allocator, on the op's stream: a block freed when the op returns
 // is reused only by later work on that stream, after the kernels queued here; and torch's memory statistics
-// (max_memory_allocated) count it. `keep` holds the blocks until the core call returns.
+// (max_memory_allocated) count it. `keep` holds the live block until the core call returns. One block at a time:
+// a call cut into head slices (Inputs::cuda_workspace_limit) asks once per slice, after queueing the previous
+// slice's work, which is all that uses the previous block; freeing it then lets the next slice reuse it in stream
+// order, so the peak is one slice's scratch, not the sum of all of them.
 Inputs make_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& beta,
                    const opt<Tensor>& g, opt<double> scale, const opt<Tensor>& cu_seqlens,
                    std::vector<Tensor>* keep = nullptr) {
@@ -58,6 +61,7 @@ Inputs make_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   if (keep && q.is_cuda()) {
     const auto options = q.options().dtype(at::kByte);
     in.cuda_workspace = [keep, options](std::size_t bytes) {
+      keep->clear();
       keep->push_back(at::empty({static_cast<int64_t>(bytes)}, options));
       return keep->back().data_ptr();
     };
