@@ -47,7 +47,7 @@ void* kernel_stream(const Tensor& q) {
 // order, so the peak is one slice's scratch, not the sum of all of them.
 Inputs make_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& beta,
                    const opt<Tensor>& g, opt<double> scale, const opt<Tensor>& cu_seqlens,
-                   std::vector<Tensor>* keep = nullptr) {
+                   Tensor* keep = nullptr) {
   Inputs in;
   in.q = to_view(q, "q");
   in.k = to_view(k, "k");
@@ -61,9 +61,9 @@ Inputs make_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   if (keep && q.is_cuda()) {
     const auto options = q.options().dtype(at::kByte);
     in.cuda_workspace = [keep, options](std::size_t bytes) {
-      keep->clear();
-      keep->push_back(at::empty({static_cast<int64_t>(bytes)}, options));
-      return keep->back().data_ptr();
+      keep->reset();  // the previous block goes back first, so that this request can reuse it
+      *keep = at::empty({static_cast<int64_t>(bytes)}, options);
+      return keep->data_ptr();
     };
   }
   return in;
@@ -79,7 +79,7 @@ std::tuple<Tensor, Tensor, Tensor> fwd(const Tensor& q, const Tensor& k, const T
                                        const Tensor& beta, const opt<Tensor>& g, opt<double> scale,
                                        const opt<Tensor>& cu_seqlens, bool return_kcache) {
   return translate_errors([&] {
-    std::vector<Tensor> workspace;
+    Tensor workspace;
     const Inputs in = make_inputs(q, k, v, w, beta, g, scale, cu_seqlens, &workspace);
     // Shape validation first (throws naming the argument), so that the sizes read below exist.
     supports(in, Backend::automatic);
@@ -105,7 +105,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> bwd(const Tensor& q, 
                                                                const Tensor& lse, const Tensor& dout,
                                                                const opt<Tensor>& dlse, bool deterministic) {
   return translate_errors([&] {
-    std::vector<Tensor> workspace;
+    Tensor workspace;
     Inputs in = make_inputs(q, k, v, w, beta, g, scale, cu_seqlens, &workspace);
     in.deterministic = deterministic;  // CUDA: the fixed summation order (the CPU backward is always deterministic)
     supports(in, Backend::automatic, true);
@@ -146,7 +146,7 @@ std::tuple<Tensor, Tensor> dec(const Tensor& q, const Tensor& k, const Tensor& v
                                const opt<Tensor>& cache_ckpt, const opt<Tensor>& cache_carry,
                                int64_t ckpt_period) {
   return translate_errors([&] {
-    std::vector<Tensor> workspace;
+    Tensor workspace;
     const Inputs in = make_inputs(q, k, v, w, beta, g, scale, opt<Tensor>(), &workspace);
     supports(in, Backend::automatic);  // shape validation first: the sizes read below exist
     const c10::OptionalDeviceGuard guard(kernel_device(q));
