@@ -18,6 +18,10 @@
 #                                          gdb): the second checkpoint of a process ended every GPU cell with SIGSEGV
 #                                          on 2026-12-02 (docs/results/synthetic)
 #
+# SYN_MPS=1 runs the cells under CUDA MPS (a control daemon started for the call and stopped after it): processes
+# sharing a GPU are otherwise time-sliced, one at a time (measured 2026-12-02: 4 MQRAR cells 72 steps/s in all, 12 no
+# more than 4); under MPS their small kernels run concurrently (ninth session: 5 MQRAR cells ~85-90 steps/s in all).
+#
 # Cells finished in earlier sessions and committed under SYN_DONE (docs/results/synthetic/cells) are skipped and
 # enter the summary. SYN_DEVICE / SYN_BUILD / SYN_GRID let the same script run the tiny grid on the CPU (how it was
 # checked: SYN_DEVICE=cpu SYN_BUILD=build-syn SYN_GRID=tiny SYN_BUDGET=0 tools/synthetic_gpu.sh run).
@@ -71,6 +75,11 @@ case "$CMD" in
     ;;
   run)
     mkdir -p "$SYN_RUNS" "$RESULTS"
+    if [ "${SYN_MPS:-0}" = 1 ] && command -v nvidia-cuda-mps-control > /dev/null; then
+      export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+      mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+      nvidia-cuda-mps-control -d && echo "MPS: control daemon started" && trap 'echo quit | nvidia-cuda-mps-control' EXIT
+    fi
     "${sweep[@]}" run --grid "$SYN_GRID" --tasks "$SYN_TASKS" --build "$BUILD" --runs "$SYN_RUNS" \
       --results "$RESULTS" "${done_args[@]}" --device "$SYN_DEVICE" --jobs-per-gpu "$SYN_JOBS_PER_GPU" \
       --budget "$SYN_BUDGET" --ckpt-every "$SYN_CKPT_EVERY" "$@" 2>&1 | tee -a "$RESULTS/sweep.log"
