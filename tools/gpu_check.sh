@@ -6,8 +6,9 @@
 #   all:   build, gpu tests (forward and backward; the T = 16384 backward case too unless GPU_SKIP_LONG=1), sanitizers
 #          on small forward and backward cases, bench_fwd --bwd (forward, backward, both summation modes) + baselines
 #   quick: the gpu tests and bench_fwd with per-stage times, no sanitizer, no baselines
-#   decode: the CUDA decode alone: its gpu tests, memcheck + racecheck on small cases, bench_decode_cuda (plain, then
-#          the checkpointed cache with period DECODE_CKPT_PERIOD, default 64)
+#   decode: the CUDA decode alone: its gpu tests, memcheck + racecheck on small cases, bench_decode_cuda (plain f32 and
+#          bf16 caches, then the checkpointed cache with period DECODE_CKPT_PERIOD, default 64; DECODE_SKIP_CKPT=1 skips it;
+#          DECODE_SAN_FILTER: the sanitizers' gtest filter)
 #   ncu:   the gpu tests, then Nsight Compute on one 32 x 4096 (H 32, D 64) forward: each kernel once
 #   bwd:   the gpu tests, bench_fwd --bwd with per-stage times (PATHATTN_CUDA_PROFILE=1), then Nsight Compute on
 #          one backward's bwd_main and bwd_local (NCU_SHAPE, default 32,4096,32,64); no baselines; SANITIZE=1 adds the
@@ -163,16 +164,33 @@ if [ "$MODE" = decode ]; then
   grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess)" "$OUT/tests_decode.log" | head -20 | tee -a "$SUMMARY"
   build-gpu/tests/cuda/test_cuda_decode > "$OUT/errors_decode.log" 2>&1 || true
   sanitize decode build-gpu/tests/cuda/test_cuda_decode \
-    '*D64_bf16_gate_p0x1x77*:*HQ16_D128*:*chunked*:CudaDecode.*:CudaDecodeErrors.*' 400
+    "${DECODE_SAN_FILTER:-*D64_bf16_gate_p0x1x77*:*HQ16_D128*:*kbf16_vlow:*chunked*:CudaDecode.*:CudaDecodeErrors.*}" 400
+  # The split kernel's prefetching instance for 16-bit caches (opt-in, kernels/decode.cuh kPrefetch): the same tests,
+  # the sanitizers on its cases (bf16 keys and values).
+  t0=$(date +%s)
+  PATHATTN_DECODE_PREFETCH=1 build-gpu/tests/cuda/test_cuda_decode > "$OUT/tests_decode_prefetch.log" 2>&1
+  note "decode gpu tests, PATHATTN_DECODE_PREFETCH=1: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_decode_prefetch.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
+  PATHATTN_DECODE_PREFETCH=1 sanitize decode_prefetch build-gpu/tests/cuda/test_cuda_decode '*kbf16_vlow' 300
   t0=$(date +%s)
   timeout 300 build-gpu/bench/cuda/bench_decode_cuda > "$OUT/bench_decode.log" 2>&1
   note "bench_decode_cuda: rc=$? ($(( $(date +%s) - t0 )) s)"
   tee -a "$SUMMARY" < "$OUT/bench_decode.log"
-  # The checkpointed cache (docs/cuda.md "Decode").
+  # The bf16 cache (bf16 keys and values), plain.
+  t0=$(date +%s)
+  timeout 300 build-gpu/bench/cuda/bench_decode_cuda --cache bf16 > "$OUT/bench_decode_bf16.log" 2>&1
+  note "bench_decode_cuda --cache bf16: rc=$? ($(( $(date +%s) - t0 )) s)"
+  tee -a "$SUMMARY" < "$OUT/bench_decode_bf16.log"
+  t0=$(date +%s)
+  PATHATTN_DECODE_PREFETCH=1 timeout 300 build-gpu/bench/cuda/bench_decode_cuda --cache bf16 > "$OUT/bench_decode_bf16_prefetch.log" 2>&1
+  note "bench_decode_cuda --cache bf16, PATHATTN_DECODE_PREFETCH=1: rc=$? ($(( $(date +%s) - t0 )) s)"
+  tee -a "$SUMMARY" < "$OUT/bench_decode_bf16_prefetch.log"
+  # The checkpointed cache (docs/cuda.md "Decode"); DECODE_SKIP_CKPT=1 leaves it out.
+  [ "${DECODE_SKIP_CKPT:-0}" = 1 ] || {
   t0=$(date +%s)
   timeout 300 build-gpu/bench/cuda/bench_decode_cuda --ckpt ${DECODE_CKPT_PERIOD:-64} > "$OUT/bench_decode_ckpt.log" 2>&1
   note "bench_decode_cuda --ckpt: rc=$? ($(( $(date +%s) - t0 )) s)"
   tee -a "$SUMMARY" < "$OUT/bench_decode_ckpt.log"
+  }
 fi
 if [ "$MODE" = fwd128 ]; then
   # The D = 128 forward on wgmma: the forward tests (all of them), memcheck on the D = 128 cases, racecheck on a few

@@ -16,7 +16,11 @@
 // (B L H D x 8 more); the graph column is then the mean over the replays (refresh steps included), and the bytes
 // B L H D (8 + 8 / P).
 //
+// --cache bf16: bf16 keys and values (the layer's low-precision cache): half the bytes of every row, so the bytes
+// per element pair are 6 (plain) and 4 + 4 / P (checkpointed).
+//
 //   bench_decode_cuda [--iters N] [--only D] [--H H] [--HQ HQ] [--gate] [--max-gb G] [--shape B,L,D] [--ckpt P]
+//                     [--cache f32|bf16]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -42,6 +46,11 @@ __global__ void fill_f32(float* x, int64_t n, uint64_t seed, float scale) {
 
 constexpr double kCopyTBs = 4.3;  // device-to-device copy ceiling measured on this H200 (docs/perf/notes.md)
 
+__global__ void fill_bf16_scaled(__nv_bfloat16* x, int64_t n, uint64_t seed, float scale) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    x[i] = __float2bfloat16(scale * hash_normal(i, seed));
+}
+
 __global__ void fill_const(float* x, int64_t n, float c) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) x[i] = c;
 }
@@ -65,7 +74,7 @@ double median(std::vector<float> v) {
 
 int main(int argc, char** argv) {
   int iters = 50, only_d = 0, H = 8, HQ = 32, ckpt_period = 0;
-  bool gate = false;
+  bool gate = false, bf16_cache = false;
   double max_gb = 80;
   Shape one{0, 0, 0};
   for (int i = 1; i < argc; ++i) {
@@ -76,7 +85,14 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--gate")) gate = true;
     else if (!std::strcmp(argv[i], "--max-gb") && i + 1 < argc) max_gb = std::atof(argv[++i]);
     else if (!std::strcmp(argv[i], "--ckpt") && i + 1 < argc) ckpt_period = std::max(1, std::atoi(argv[++i]));
-    else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc &&
+    else if (!std::strcmp(argv[i], "--cache") && i + 1 < argc) {
+      const char* c = argv[++i];
+      if (std::strcmp(c, "f32") && std::strcmp(c, "bf16")) {
+        std::fprintf(stderr, "--cache expects f32 or bf16, got '%s'\n", c);
+        return 2;
+      }
+      bf16_cache = !std::strcmp(c, "bf16");
+    } else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc &&
              std::sscanf(argv[++i], "%d,%d,%d", &one.B, &one.L, &one.D) != 3) {
       std::fprintf(stderr, "--shape expects B,L,D (three integers), got '%s'\n", argv[i]);
       return 2;
@@ -95,15 +111,18 @@ int main(int argc, char** argv) {
 
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("# bench_decode_cuda on %s (%d SMs): one decoding step, bf16 q/k/v, f32 cache, H = %d, HQ = %d, %s, "
+  const int eb = bf16_cache ? 2 : 4;  // bytes per cache element (keys and values alike)
+  std::printf("# bench_decode_cuda on %s (%d SMs): one decoding step, bf16 q/k/v, %s cache, H = %d, HQ = %d, %s, "
               "median of %d steps\n",
-              prop.name, prop.multiProcessorCount, H, HQ, gate ? "gate (f64 gcum)" : "no gate", iters);
+              prop.name, prop.multiProcessorCount, bf16_cache ? "bf16" : "f32", H, HQ,
+              gate ? "gate (f64 gcum)" : "no gate", iters);
   if (ckpt_period)
-    std::printf("# checkpointed cache, period %d: bytes = B L H D x (8 + 8 / %d) (old k read, v read, one rewrite per "
+    std::printf("# checkpointed cache, period %d: bytes = B L H D x (%d + %d / %d) (old k read, v read, one rewrite per "
                 "period); graph us = the mean over the replays; %% of the %.1f TB/s copy ceiling\n",
-                ckpt_period, ckpt_period, kCopyTBs);
+                ckpt_period, 2 * eb, 2 * eb, ckpt_period, kCopyTBs);
   else
-    std::printf("# bytes = B L H D x 12 (cache k read + write, v read); %% of the %.1f TB/s copy ceiling\n", kCopyTBs);
+    std::printf("# bytes = B L H D x %d (cache k read + write, v read); %% of the %.1f TB/s copy ceiling\n", 3 * eb,
+                kCopyTBs);
   std::printf("%4s %4s %7s %9s %11s %11s %10s %8s\n", "D", "B", "L", "cache MB", "eager us", "graph us", "TB/s", "%ceil");
 
   cudaStream_t stream;
@@ -116,17 +135,18 @@ int main(int argc, char** argv) {
 
   for (const Shape& s : shapes) {
     const int64_t B = s.B, L = s.L, D = s.D, Tmax = L + 2 * iters + 8;  // room for every timed step
-    const double cache_bytes = double(B) * Tmax * H * D * 4 * 2;
+    const double cache_bytes = double(B) * Tmax * H * D * eb * 2;
     if (cache_bytes > max_gb * 1e9) {
       std::printf("%4d %4d %7d %9.0f   skipped: cache above --max-gb %.0f\n", s.D, s.B, s.L, cache_bytes / 1e6, max_gb);
       continue;
     }
-    float *ck, *cv, *w, *beta, *g = nullptr, *lse;
+    void *ck, *cv;
+    float *w, *beta, *g = nullptr, *lse;
     double* gcum = nullptr;
     int32_t* len;
     void *q, *k, *v, *o;
-    CHECK(cudaMalloc(&ck, B * Tmax * H * D * 4));
-    CHECK(cudaMalloc(&cv, B * Tmax * H * D * 4));
+    CHECK(cudaMalloc(&ck, B * Tmax * H * D * eb));
+    CHECK(cudaMalloc(&cv, B * Tmax * H * D * eb));
     CHECK(cudaMalloc(&len, B * 4));
     CHECK(cudaMalloc(&q, B * HQ * D * 2));
     CHECK(cudaMalloc(&k, B * H * D * 2));
@@ -135,8 +155,13 @@ int main(int argc, char** argv) {
     CHECK(cudaMalloc(&beta, B * H * 4));
     CHECK(cudaMalloc(&o, B * HQ * D * 2));
     CHECK(cudaMalloc(&lse, B * HQ * 4));
-    fill_f32<<<4096, 256>>>(ck, B * Tmax * H * D, 1, 0.3f);
-    fill_f32<<<4096, 256>>>(cv, B * Tmax * H * D, 2, 1.f);
+    if (bf16_cache) {
+      fill_bf16_scaled<<<4096, 256>>>(static_cast<__nv_bfloat16*>(ck), B * Tmax * H * D, 1, 0.3f);
+      fill_bf16_scaled<<<4096, 256>>>(static_cast<__nv_bfloat16*>(cv), B * Tmax * H * D, 2, 1.f);
+    } else {
+      fill_f32<<<4096, 256>>>(static_cast<float*>(ck), B * Tmax * H * D, 1, 0.3f);
+      fill_f32<<<4096, 256>>>(static_cast<float*>(cv), B * Tmax * H * D, 2, 1.f);
+    }
     fill_bf16<<<256, 256>>>(static_cast<__nv_bfloat16*>(q), B * HQ * D, 3);
     fill_bf16<<<256, 256>>>(static_cast<__nv_bfloat16*>(k), B * H * D, 4);
     fill_bf16<<<256, 256>>>(static_cast<__nv_bfloat16*>(v), B * H * D, 5);
@@ -172,8 +197,9 @@ int main(int argc, char** argv) {
       return ws;
     };
     pathattn::DecodeCache cache;
-    cache.k = pathattn::make_view(ck, DType::f32, {B, Tmax, H, D}, dev);
-    cache.v = pathattn::make_view(cv, DType::f32, {B, Tmax, H, D}, dev);
+    const DType cache_dtype = bf16_cache ? DType::bf16 : DType::f32;
+    cache.k = pathattn::make_view(ck, cache_dtype, {B, Tmax, H, D}, dev);
+    cache.v = pathattn::make_view(cv, cache_dtype, {B, Tmax, H, D}, dev);
     if (gate) cache.gcum = pathattn::make_view(gcum, DType::f64, {B, Tmax, HQ}, dev);
     cache.lengths = pathattn::make_view(len, DType::i32, {B}, dev);
     int32_t* ckpt = nullptr;
@@ -221,14 +247,14 @@ int main(int argc, char** argv) {
     double mean_graph = 0;
     for (float x : graph) mean_graph += x / iters;
     const double me = median(eager) * 1e3, mg = (ckpt_period ? mean_graph : median(graph)) * 1e3;  // us
-    const double per_elem = ckpt_period ? 8.0 + 8.0 / ckpt_period : 12.0;
+    const double per_elem = ckpt_period ? 2.0 * eb + 2.0 * eb / ckpt_period : 3.0 * eb;
     const double bytes = double(B) * L * H * D * per_elem, tbs = bytes / (mg * 1e-6) / 1e12;
     std::printf("%4d %4d %7d %9.0f %11.1f %11.1f %10.2f %7.0f%%\n", s.D, s.B, s.L, cache_bytes / 1e6, me, mg, tbs,
                 100.0 * tbs / kCopyTBs);
     std::fflush(stdout);
     CHECK(cudaGraphExecDestroy(ge));
     CHECK(cudaGraphDestroy(gr));
-    for (void* p : {(void*)ck, (void*)cv, (void*)len, q, k, v, (void*)w, (void*)beta, o, (void*)lse, (void*)g,
+    for (void* p : {ck, cv, (void*)len, q, k, v, (void*)w, (void*)beta, o, (void*)lse, (void*)g,
                     (void*)gcum, (void*)ckpt, (void*)carry})
       if (p) CHECK(cudaFree(p));
   }

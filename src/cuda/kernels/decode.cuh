@@ -66,14 +66,25 @@ __device__ __forceinline__ float4 load4(const void* base, int64_t off) {
   return make_float4(a.x, a.y, b.x, b.y);
 }
 
-// 4 cache elements of type X (float, or bf16 / f16) at element offset `off`. The cache's types are template
-// parameters of the kernel: a runtime choice between the two loads cost ~6% at large batches (decode v2, notes.md).
+// 4 cache elements of type X (float, or bf16 / f16) at element offset `off` as loaded, before conversion: a float4,
+// or 8 bytes of a 16-bit cache (one 8-byte load: cache rows are 8-byte aligned, as store_cache4's uint2 store
+// needs). The prefetching split kernel holds its next rows in this form (half the registers of a 16-bit row as
+// floats). The cache's types are template parameters of the kernel: a runtime choice between the two loads cost
+// ~6% at large batches (decode v2, notes.md).
 template <typename X>
-__device__ __forceinline__ float4 load_cache4(const void* base, int64_t off) {
-  if constexpr (std::is_same_v<X, float>)
-    return *reinterpret_cast<const float4*>(static_cast<const float*>(base) + off);
-  else
-    return load4<X>(base, off);
+using CacheRaw4 = std::conditional_t<std::is_same_v<X, float>, float4, uint2>;
+template <typename X>
+__device__ __forceinline__ CacheRaw4<X> load_cache_raw4(const void* base, int64_t off) {
+  return *reinterpret_cast<const CacheRaw4<X>*>(static_cast<const X*>(base) + off);
+}
+template <typename X>
+__device__ __forceinline__ float4 cache_raw_to_float4(const CacheRaw4<X>& r) {
+  if constexpr (std::is_same_v<X, float>) {
+    return r;
+  } else {
+    const float2 a = TypeTraits<X>::unpack(r.x), b = TypeTraits<X>::unpack(r.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+  }
 }
 template <typename X>
 __device__ __forceinline__ void store_cache4(void* base, int64_t off, const float4& x) {
@@ -107,12 +118,22 @@ __device__ __forceinline__ int64_t decode_len_before(const DecodeParams& p, int 
 // later ones reading back the rows the first pass carried and wrote: each thread rereads only its own writes).
 // KC, VC: the cache's key and value types (KC float or bf16: p.ck_bf16; VC float or T: p.cv_low). kCkpt: the
 // checkpointed cache (kernels/decode_checkpoint.cuh): rows before the checkpoint are read with the carried-back
-// query and neither carried nor written.
-template <typename T, int D, int kG, typename KC, typename VC, bool kCkpt>
+// query and neither carried nor written. kPrefetch (16-bit keys and values, plain cache only): see kU below.
+template <typename T, int D, int kG, typename KC, typename VC, bool kCkpt, bool kPrefetch = false>
 __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const DecodeParams p) {
   constexpr int kTeam = D / 4;                    // lanes per cached row (one float4 each)
   constexpr int kTeams = kDecodeThreads / kTeam;  // rows a block reads at once per unrolled slot
-  constexpr int kU = kG >= 8 ? 2 : 4;             // rows per team per iteration: loads in flight vs registers
+  // Rows per team per iteration: loads in flight against registers (f32 rows: 77-84% of the copy bandwidth at
+  // B = 64). A bf16 cache reaches only 42-49% whether a team holds 4, 6 or 8 rows (docs/perf/notes.md, "The bf16
+  // cache's rows in flight"): each iteration waits for its loads, then computes with none in flight. The
+  // prefetching instances (opt-in, PATHATTN_DECODE_PREFETCH=1: not yet run on the GPU) load the next iteration's
+  // rows (as loaded, converted where used) before this iteration's carry and logits, so the loads overlap the
+  // arithmetic and its shuffle chains. ptxas: no spills at kG <= 4; at kG = 8 every instance spills (84-116 bytes).
+  static_assert(!kPrefetch || (sizeof(KC) == 2 && sizeof(VC) == 2 && !kCkpt),
+                "the prefetch is for 16-bit keys and values in the plain cache");
+  constexpr int kU = kG >= 8 ? 2 : 4;
+  using VHeld = std::conditional_t<kPrefetch, CacheRaw4<VC>, float4>;  // a value row until P V uses it
+  constexpr int kPre = kPrefetch ? kU : 1;  // prefetch slots (unused by the other instances)
   constexpr float kLog2e = 1.4426950408889634f;
   __shared__ float sm_ml[kTeams][kG][2];          // each team's running max (base 2) and sum, per head
   __shared__ __align__(16) float sm_o[kTeams][kG][D];  // and its unnormalised o: 4 kG KB
@@ -192,9 +213,23 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const D
     }
 
     // The split's rows, kU per team per iteration; the loop bound is uniform over the block (the shuffles need
-    // every lane), rows past r1 are masked.
+    // every lane), rows past r1 are masked. A team prefetches only rows it owns itself (row = base + u kTeams +
+    // team for every base), so in the carrying pass a prefetched row is one no thread has written yet, and in a
+    // later pass one this thread wrote before the pass's barrier.
+    CacheRaw4<KC> pk[kPre];
+    VHeld pv[kPre];
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int rn = r0 + u * kTeams + team;
+        pk[u] = rn < r1 ? load_cache_raw4<KC>(p.ck, ck0 + rn * p.sck.t) : CacheRaw4<KC>{};
+        pv[u] = rn < r1 ? load_cache_raw4<VC>(p.cv, cv0 + rn * p.scv.t) : VHeld{};
+      }
+    }
     for (int base = r0; base < r1; base += kU * kTeams) {
-      float4 c[kU], vv[kU];
+      float4 c[kU];
+      CacheRaw4<KC> craw[kU];
+      VHeld vv[kU];
       int row[kU];
       bool ok[kU], old[kU];
 #pragma unroll
@@ -202,8 +237,24 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const D
         row[u] = base + u * kTeams + team;
         ok[u] = row[u] < r1;
         old[u] = kCkpt && row[u] < ckpt;  // uniform over the team (one row)
-        c[u] = ok[u] ? load_cache4<KC>(p.ck, ck0 + row[u] * p.sck.t) : make_float4(0.f, 0.f, 0.f, 0.f);
-        vv[u] = ok[u] ? load_cache4<VC>(p.cv, cv0 + row[u] * p.scv.t) : make_float4(0.f, 0.f, 0.f, 0.f);
+        if constexpr (kPrefetch) {
+          craw[u] = pk[u];
+          vv[u] = pv[u];
+        } else {
+          craw[u] = ok[u] ? load_cache_raw4<KC>(p.ck, ck0 + row[u] * p.sck.t) : CacheRaw4<KC>{};
+          c[u] = cache_raw_to_float4<KC>(craw[u]);
+          vv[u] = ok[u] ? cache_raw_to_float4<VC>(load_cache_raw4<VC>(p.cv, cv0 + row[u] * p.scv.t)) : VHeld{};
+        }
+      }
+      if constexpr (kPrefetch) {
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {  // the next iteration's rows
+          const int rn = base + (kU + u) * kTeams + team;
+          pk[u] = rn < r1 ? load_cache_raw4<KC>(p.ck, ck0 + rn * p.sck.t) : CacheRaw4<KC>{};
+          pv[u] = rn < r1 ? load_cache_raw4<VC>(p.cv, cv0 + rn * p.scv.t) : VHeld{};
+        }
+#pragma unroll
+        for (int u = 0; u < kU; ++u) c[u] = cache_raw_to_float4<KC>(craw[u]);
       }
       if (carry) {
 #pragma unroll
@@ -234,7 +285,10 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const D
           for (int u = 0; u < kU; ++u) {
             const float pr = exp2f(s[u] - mn);  // 0 for masked rows
             l[g] += pr;
-            acc[g] = axpy4(pr, vv[u], acc[g]);
+            if constexpr (kPrefetch)
+              acc[g] = axpy4(pr, cache_raw_to_float4<VC>(vv[u]), acc[g]);
+            else
+              acc[g] = axpy4(pr, vv[u], acc[g]);
           }
           m[g] = mn;
         }

@@ -3,12 +3,25 @@
 // parallel.
 #pragma once
 
+#include <cstdlib>
+#include <cstring>
+
 #include "cuda/check.h"
 #include "cuda/kernels/decode.cuh"
 #include "cuda/kernels/decode_checkpoint.cuh"
 #include "cuda/launch/decode_launch.h"
 
 namespace pathattn::cuda {
+
+// PATHATTN_DECODE_PREFETCH=1: the split kernel's prefetching instance for 16-bit keys and values (kernels/decode.cuh,
+// kPrefetch), read once. Off by default until it has run on the GPU (tests and the A/B of bench_decode_cuda).
+inline bool decode_prefetch() {
+  static const bool on = [] {
+    const char* e = std::getenv("PATHATTN_DECODE_PREFETCH");
+    return e != nullptr && std::strcmp(e, "1") == 0;
+  }();
+  return on;
+}
 
 // Per new token, in order on `stream`: [the carry kernel], the split kernel, the combine kernel, [the refresh kernel]
 // (brackets: the checkpointed cache only).
@@ -24,6 +37,8 @@ void launch_decode_steps(const DecodeParams& p, int S, cudaStream_t stream) {
       p.ck_bf16 ? (p.cv_low ? decode_split_kernel<T, D, kG, __nv_bfloat16, T, kCkpt>
                             : decode_split_kernel<T, D, kG, __nv_bfloat16, float, kCkpt>)
                 : (p.cv_low ? decode_split_kernel<T, D, kG, float, T, kCkpt> : decode_split_kernel<T, D, kG, float, float, kCkpt>);
+  if constexpr (!kCkpt)
+    if (p.ck_bf16 && p.cv_low && decode_prefetch()) split = decode_split_kernel<T, D, kG, __nv_bfloat16, T, false, true>;
   void (*refresh)(const DecodeParams) = p.ck_bf16 ? decode_refresh_kernel<__nv_bfloat16, D> : decode_refresh_kernel<float, D>;
   constexpr int kRefreshSmem = decode_refresh_smem_bytes<D>();
   if constexpr (kCkpt) {
