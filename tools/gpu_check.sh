@@ -165,12 +165,12 @@ if [ "$MODE" = decode ]; then
   build-gpu/tests/cuda/test_cuda_decode > "$OUT/errors_decode.log" 2>&1 || true
   sanitize decode build-gpu/tests/cuda/test_cuda_decode \
     "${DECODE_SAN_FILTER:-*D64_bf16_gate_p0x1x77*:*HQ16_D128*:*kbf16_vlow:*chunked*:CudaDecode.*:CudaDecodeErrors.*}" 400
-  # The split kernel's prefetching instance for 16-bit caches (opt-in, kernels/decode.cuh kPrefetch): the same tests,
-  # the sanitizers on its cases (bf16 keys and values).
+  # The split kernel's prefetching instances (opt-in, kernels/decode.cuh kPrefetch): the same tests, the sanitizers
+  # on the 16-bit cache's cases and the small ones.
   t0=$(date +%s)
   PATHATTN_DECODE_PREFETCH=1 build-gpu/tests/cuda/test_cuda_decode > "$OUT/tests_decode_prefetch.log" 2>&1
   note "decode gpu tests, PATHATTN_DECODE_PREFETCH=1: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_decode_prefetch.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
-  PATHATTN_DECODE_PREFETCH=1 sanitize decode_prefetch build-gpu/tests/cuda/test_cuda_decode '*kbf16_vlow' 300
+  PATHATTN_DECODE_PREFETCH=1 sanitize decode_prefetch build-gpu/tests/cuda/test_cuda_decode '*kbf16_vlow:*D64_bf16_gate_p0x1x77*:CudaDecode.*' 300
   t0=$(date +%s)
   timeout 300 build-gpu/bench/cuda/bench_decode_cuda > "$OUT/bench_decode.log" 2>&1
   note "bench_decode_cuda: rc=$? ($(( $(date +%s) - t0 )) s)"
@@ -184,6 +184,10 @@ if [ "$MODE" = decode ]; then
   PATHATTN_DECODE_PREFETCH=1 timeout 300 build-gpu/bench/cuda/bench_decode_cuda --cache bf16 > "$OUT/bench_decode_bf16_prefetch.log" 2>&1
   note "bench_decode_cuda --cache bf16, PATHATTN_DECODE_PREFETCH=1: rc=$? ($(( $(date +%s) - t0 )) s)"
   tee -a "$SUMMARY" < "$OUT/bench_decode_bf16_prefetch.log"
+  t0=$(date +%s)
+  PATHATTN_DECODE_PREFETCH=1 timeout 300 build-gpu/bench/cuda/bench_decode_cuda > "$OUT/bench_decode_prefetch.log" 2>&1
+  note "bench_decode_cuda (f32), PATHATTN_DECODE_PREFETCH=1: rc=$? ($(( $(date +%s) - t0 )) s)"
+  tee -a "$SUMMARY" < "$OUT/bench_decode_prefetch.log"
   # The checkpointed cache (docs/cuda.md "Decode"); DECODE_SKIP_CKPT=1 leaves it out.
   [ "${DECODE_SKIP_CKPT:-0}" = 1 ] || {
   t0=$(date +%s)

@@ -118,7 +118,7 @@ __device__ __forceinline__ int64_t decode_len_before(const DecodeParams& p, int 
 // later ones reading back the rows the first pass carried and wrote: each thread rereads only its own writes).
 // KC, VC: the cache's key and value types (KC float or bf16: p.ck_bf16; VC float or T: p.cv_low). kCkpt: the
 // checkpointed cache (kernels/decode_checkpoint.cuh): rows before the checkpoint are read with the carried-back
-// query and neither carried nor written. kPrefetch (16-bit keys and values, plain cache only): see kU below.
+// query and neither carried nor written. kPrefetch (plain cache only): see kU below.
 template <typename T, int D, int kG, typename KC, typename VC, bool kCkpt, bool kPrefetch = false>
 __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const DecodeParams p) {
   constexpr int kTeam = D / 4;                    // lanes per cached row (one float4 each)
@@ -128,10 +128,13 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const D
   // cache's rows in flight"): each iteration waits for its loads, then computes with none in flight. The
   // prefetching instances (opt-in, PATHATTN_DECODE_PREFETCH=1: not yet run on the GPU) load the next iteration's
   // rows (as loaded, converted where used) before this iteration's carry and logits, so the loads overlap the
-  // arithmetic and its shuffle chains. ptxas: no spills at kG <= 4; at kG = 8 every instance spills (84-116 bytes).
-  static_assert(!kPrefetch || (sizeof(KC) == 2 && sizeof(VC) == 2 && !kCkpt),
-                "the prefetch is for 16-bit keys and values in the plain cache");
-  constexpr int kU = kG >= 8 ? 2 : 4;
+  // arithmetic and its shuffle chains: 16-bit rows kU = 4 (2 at kG = 8) as now plus as many prefetched, f32 or
+  // mixed rows kU = 2 (1) plus 2 (1), the same rows in flight as the plain instances hold in the registers they
+  // have. ptxas (prefetching instances): no spills at kG <= 4 but for f32 keys with 16-bit values at kG = 4
+  // (96 bytes); at kG = 8 every instance spills, prefetching or not (84-228 bytes).
+  static_assert(!kPrefetch || !kCkpt, "the prefetch is for the plain cache");
+  constexpr bool k16 = sizeof(KC) == 2 && sizeof(VC) == 2;
+  constexpr int kU = (kG >= 8 ? 2 : 4) / (kPrefetch && !k16 ? 2 : 1);
   using VHeld = std::conditional_t<kPrefetch, CacheRaw4<VC>, float4>;  // a value row until P V uses it
   constexpr int kPre = kPrefetch ? kU : 1;  // prefetch slots (unused by the other instances)
   constexpr float kLog2e = 1.4426950408889634f;

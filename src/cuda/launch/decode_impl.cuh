@@ -13,7 +13,7 @@
 
 namespace pathattn::cuda {
 
-// PATHATTN_DECODE_PREFETCH=1: the split kernel's prefetching instance for 16-bit keys and values (kernels/decode.cuh,
+// PATHATTN_DECODE_PREFETCH=1: the split kernel's prefetching instances for the plain cache (kernels/decode.cuh,
 // kPrefetch), read once. Off by default until it has run on the GPU (tests and the A/B of bench_decode_cuda).
 inline bool decode_prefetch() {
   static const bool on = [] {
@@ -38,7 +38,11 @@ void launch_decode_steps(const DecodeParams& p, int S, cudaStream_t stream) {
                             : decode_split_kernel<T, D, kG, __nv_bfloat16, float, kCkpt>)
                 : (p.cv_low ? decode_split_kernel<T, D, kG, float, T, kCkpt> : decode_split_kernel<T, D, kG, float, float, kCkpt>);
   if constexpr (!kCkpt)
-    if (p.ck_bf16 && p.cv_low && decode_prefetch()) split = decode_split_kernel<T, D, kG, __nv_bfloat16, T, false, true>;
+    if (decode_prefetch())
+      split = p.ck_bf16 ? (p.cv_low ? decode_split_kernel<T, D, kG, __nv_bfloat16, T, false, true>
+                                    : decode_split_kernel<T, D, kG, __nv_bfloat16, float, false, true>)
+                        : (p.cv_low ? decode_split_kernel<T, D, kG, float, T, false, true>
+                                    : decode_split_kernel<T, D, kG, float, float, false, true>);
   void (*refresh)(const DecodeParams) = p.ck_bf16 ? decode_refresh_kernel<__nv_bfloat16, D> : decode_refresh_kernel<float, D>;
   constexpr int kRefreshSmem = decode_refresh_smem_bytes<D>();
   if constexpr (kCkpt) {
