@@ -22,7 +22,8 @@ least 90%: for A5 the sequence accuracy (every prefix product of a sequence righ
 MQRAR and flip-flop the accuracy on the scored positions (answers, bits after reads). A (task, size, mechanism,
 layers) group is solved when a majority of its planned seeds are (2 of 3), unsolved when a majority can no longer
 be reached, pending otherwise. The fewest layers that solve a length is the smallest solved depth, provided every
-shallower depth is unsolved (a pending shallower depth leaves it undetermined).
+shallower depth is unsolved (a pending shallower depth leaves it undetermined). So for A5 (by_depth) the cells run
+depth by depth and the depths above a solved one are skipped: they cannot change the answer (pruned_by).
 """
 import argparse
 import copy
@@ -45,9 +46,11 @@ GRIDS = {
     "paper": {
         # Merrill et al. (arXiv 2404.08819): all 60 elements of A5 as tokens, the prefix product at every position;
         # width 512, 8 heads as their released code's defaults; stop at 99% sequence accuracy as their code does.
+        # by_depth: the cells run depth by depth, and a (length, mechanism) skips the depths above one that a
+        # majority of its seeds solved (the fewest layers is then decided below them; see pruned_by).
         "a5": dict(sizes=[5, 10, 15, 20], layers=[1, 2, 3, 4], mechanisms=MECHANISMS, seeds=[1, 2, 3],
                    width=512, heads=8, batch=256, steps=10000, lr=5e-4, warmup=500, weight_decay=0.01,
-                   eval_every=500, eval_size=2048, eval_batch=512, stop=0.01),
+                   eval_every=500, eval_size=2048, eval_batch=512, stop=0.01, by_depth=True),
         # PaTH paper's MQRAR-N: 2 layers, width 256, 2 heads, 32 keys and 32 values, length 768, N = 1..4.
         "mqrar": dict(sizes=[1, 2, 3, 4], layers=[2], mechanisms=MECHANISMS, seeds=[1, 2, 3],
                       width=256, heads=2, length=768, keys=32, values=32, p_query=0.25, batch=64, steps=10000,
@@ -64,7 +67,7 @@ GRIDS = {
     "tiny": {
         "a5": dict(sizes=[3], layers=[1], mechanisms=["path", "rope"], seeds=[1],
                    width=16, heads=2, batch=8, steps=8, lr=3e-3, warmup=2, weight_decay=0.01,
-                   eval_every=4, eval_size=8, eval_batch=8, stop=-1),
+                   eval_every=4, eval_size=8, eval_batch=8, stop=-1, by_depth=True),
         "mqrar": dict(sizes=[1], layers=[1], mechanisms=["path", "rope"], seeds=[1],
                       width=16, heads=2, length=16, keys=4, values=4, p_query=0.25, batch=4, steps=6,
                       lr=3e-3, warmup=2, weight_decay=0.1, eval_every=3, eval_size=4, eval_batch=4, stop=-1),
@@ -142,7 +145,8 @@ def parse_value(text, like):
 
 def make_grid(args):
     """The cells of --grid, --tasks, --set and --only, in run order (task by task, then seed, size, layers,
-    mechanism: the first seed of every cell comes before the second)."""
+    mechanism: the first seed of every cell comes before the second; for a task with by_depth, layers first, then
+    seed, size, mechanism: every seed of a depth before the next depth, so that pruned_by can skip deeper cells)."""
     if args.grid not in GRIDS:
         raise SystemExit(f"--grid: expected one of {', '.join(GRIDS)}, got '{args.grid}'")
     grid = copy.deepcopy(GRIDS[args.grid])
@@ -166,11 +170,11 @@ def make_grid(args):
     for t in tasks:
         g = grid[t]
         opts = {k: v for k, v in g.items() if k not in LIST_KEYS}
-        for seed in g["seeds"]:
-            for size in g["sizes"]:
-                for layers in g["layers"]:
-                    for mech in g["mechanisms"]:
-                        cells.append(Cell(t, size, mech, layers, seed, opts))
+        task_cells = [Cell(t, size, mech, layers, seed, opts) for seed in g["seeds"] for size in g["sizes"]
+                      for layers in g["layers"] for mech in g["mechanisms"]]
+        if opts.get("by_depth"):  # stable: seed, size, mechanism order kept inside each depth
+            task_cells.sort(key=lambda c: g["layers"].index(c.layers))
+        cells += task_cells
     if args.only:
         rx = re.compile(args.only)
         cells = [c for c in cells if rx.search(c.id)]
@@ -276,6 +280,18 @@ def min_layers(verdicts, task, size, mechanism):
         if v == "pending":
             return None
     return math.inf if depths else None
+
+
+def pruned_by(cell, verdicts):
+    """The shallower depth whose group already solves the cell's (task, size, mechanism) by a majority of seeds, or
+    None. Such a cell need not run when its task has by_depth: min_layers is then decided at that depth or below
+    it, whatever the deeper depths give (it stops at the first solved depth)."""
+    if not cell.opts.get("by_depth"):
+        return None
+    solved_depths = [l for (t, s, m, l), g in verdicts.items()
+                     if (t, s, m) == (cell.task, cell.size, cell.mechanism) and l < cell.layers
+                     and g["verdict"] == "solved"]
+    return min(solved_depths) if solved_depths else None
 
 
 # ---- summary ----
@@ -597,7 +613,7 @@ def cmd_run(args):
         else:
             todo.append(c)
     summary = os.path.join(results, "summary.csv")
-    write_summary(cells, dirs, summary)
+    verdicts = group_verdicts(write_summary(cells, dirs, summary))
     t0 = time.time()
     deadline = t0 + args.budget if args.budget > 0 else math.inf
     print(f"sweep: {len(cells)} cells, {finished} finished, {len(todo)} to run; {slots} at a time "
@@ -605,11 +621,17 @@ def cmd_run(args):
           f"{'%g s' % args.budget if args.budget > 0 else 'none'}", flush=True)
     running = {}  # slot -> (cell, Popen, started, log)
     free = list(range(slots))
-    done_here = 0
+    done_here = pruned = 0
     while todo or running:
         now = time.time()
         while free and todo and deadline - now >= args.min_start:
             c = todo.pop(0)
+            depth = pruned_by(c, verdicts)
+            if depth is not None:
+                pruned += 1
+                print(f"[{now - t0:5.0f} s] {c.id}: skipped (depth {depth} solves it by a majority of seeds)",
+                      flush=True)
+                continue
             slot = free.pop(0)
             folder = os.path.join(args.runs, c.id)
             os.makedirs(folder, exist_ok=True)
@@ -657,15 +679,18 @@ def cmd_run(args):
             else:
                 what = "killed before it wrote metrics.json; resumes from its last checkpoint"
             copy_results(c, folder, results)
-            write_summary(cells, dirs, summary)
+            verdicts = group_verdicts(write_summary(cells, dirs, summary))
             print(f"[{time.time() - t0:5.0f} s] {c.id}: {what} ({time.time() - started:.0f} s)", flush=True)
         if not running and todo and deadline - time.time() < args.min_start:
             break
         time.sleep(args.poll)
     rows = write_summary(cells, dirs, summary)
     n_fin = sum(1 for r in rows if str(r["finished"]) == "1")
-    print(f"sweep: {done_here} finished in this call, {n_fin} of {len(cells)} finished in all, "
-          f"{len(cells) - n_fin} left; {time.time() - t0:.0f} s; summary {summary}", flush=True)
+    n_pruned = sum(1 for c, r in zip(cells, rows)
+                   if str(r["finished"]) != "1" and pruned_by(c, group_verdicts(rows)) is not None)
+    print(f"sweep: {done_here} finished in this call ({pruned} skipped), {n_fin} of {len(cells)} finished in all, "
+          f"{n_pruned} not needed (a shallower depth solves them), {len(cells) - n_fin - n_pruned} left; "
+          f"{time.time() - t0:.0f} s; summary {summary}", flush=True)
     return 0
 
 
@@ -679,12 +704,16 @@ def cmd_summary(args):
 def cmd_status(args):
     cells = make_grid(args)
     rows = summary_rows(cells, [args.runs] + (args.also_done or []))
+    verdicts = group_verdicts(rows)
     for task in dict.fromkeys(r["task"] for r in rows):
-        rs = [r for r in rows if r["task"] == task]
+        pairs = [(c, r) for c, r in zip(cells, rows) if r["task"] == task]
+        rs = [r for _, r in pairs]
         fin = sum(1 for r in rs if str(r["finished"]) == "1")
-        started = sum(1 for r in rs if str(r["finished"]) != "1" and r["folder"])
-        print(f"{task}: {fin} finished, {started} started, {len(rs) - fin - started} not started "
-              f"(steps done {sum(int(r['steps_done'] or 0) for r in rs)} of {sum(int(r['steps']) for r in rs)})")
+        skip = sum(1 for c, r in pairs if str(r["finished"]) != "1" and pruned_by(c, verdicts) is not None)
+        started = sum(1 for c, r in pairs if str(r["finished"]) != "1" and r["folder"] and pruned_by(c, verdicts) is None)
+        print(f"{task}: {fin} finished, {started} started, {len(rs) - fin - started - skip} not started"
+              + (f", {skip} not needed (a shallower depth solves them)" if skip else "")
+              + f" (steps done {sum(int(r['steps_done'] or 0) for r in rs)} of {sum(int(r['steps']) for r in rs)})")
     return 0
 
 

@@ -225,3 +225,61 @@ def test_sweep_skips_finished_cells_and_resumes_interrupted_ones(tmp_path):
                         "--tasks", "a5", "--set", "a5.steps=9", "--build", build, "--runs", str(chunked),
                         "--device", "cpu"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert r.returncode != 0 and "recorded with other options" in r.stdout and cells[0] in r.stdout
+
+
+def test_by_depth_orders_a5_depth_first_and_skips_depths_above_a_solved_one(tmp_path):
+    def grid(*sets):
+        return argparse.Namespace(grid="paper", tasks="a5,mqrar", only="", set=list(sets))
+
+    cells = sweep.make_grid(grid())
+    a5 = [c for c in cells if c.task == "a5"]
+    assert [c.layers for c in a5] == sorted(c.layers for c in a5)  # every depth-1 cell before any depth-2 one
+    assert [(c.seed, c.size, c.mechanism) for c in a5 if c.layers == 1] == \
+        [(s, n, m) for s in (1, 2, 3) for n in (5, 10, 15, 20) for m in sweep.MECHANISMS]
+    assert [c.seed for c in cells if c.task == "mqrar"][:16] == [1] * 16  # other tasks: seed first, as before
+    off = [c for c in sweep.make_grid(grid("a5.by_depth=0")) if c.task == "a5"]
+    assert [c.seed for c in off][:64] == [1] * 64
+
+    # path: depth 1 solved by 2 of 3 seeds -> depths 2, 3 not needed; rope: depth 1 solved by 1 of 3 (unsolved),
+    # depth 2 by a majority -> depth 3 not needed, depth 2 is; fox: depth 1 pending -> nothing skipped.
+    rows = [row(mech="path", layers=1, seed=s, seq=a) for s, a in ((1, 0.95), (2, 0.92), (3, 0.1))]
+    rows += [row(mech="rope", layers=1, seed=s, seq=a) for s, a in ((1, 0.95), (2, 0.2), (3, 0.1))]
+    rows += [row(mech="rope", layers=2, seed=s, seq=a) for s, a in ((1, 0.95), (2, 0.96), (3, 0.1))]
+    rows += [row(mech="fox", layers=1, seed=s, finished=0) for s in (1, 2, 3)]
+    rows += [row(mech="fox", layers=2, seed=s, seq=1.0) for s in (1, 2, 3)]
+    v = sweep.group_verdicts(rows)
+    by = {(c.mechanism, c.layers): sweep.pruned_by(c, v) for c in a5 if c.size == 5 and c.seed == 2}
+    assert by[("path", 1)] is None and by[("path", 2)] == 1 and by[("path", 3)] == 1
+    assert by[("rope", 2)] is None and by[("rope", 3)] == 2 and by[("rope", 4)] == 2
+    assert by[("fox", 2)] is None and by[("fox", 3)] == 2  # a deeper solved depth prunes above itself only
+    assert by[("path-fox", 2)] is None  # no rows: nothing known
+    # Pruning never changes the fewest layers: it stops at the first solved depth.
+    assert sweep.min_layers(v, "a5", 5, "path") == 1 and sweep.min_layers(v, "a5", 5, "rope") == 2
+    # Without by_depth nothing is pruned.
+    assert all(sweep.pruned_by(c, v) is None for c in off)
+
+
+def test_sweep_skips_cells_a_shallower_solved_depth_makes_unneeded(tmp_path):
+    """The driver at the tiny grid with two depths and one seed: depth 1 given as finished elsewhere (path solved,
+    rope not); the sweep runs only rope at depth 2, and status counts path's depth 2 as not needed."""
+    build = os.path.dirname(os.path.dirname(train_binary()))
+    sets = ["--set", "a5.layers=1,2"]
+    done = tmp_path / "done"
+    for mech, seq_err in (("path", 0.0), ("rope", 0.5)):
+        cell = [c for c in sweep.make_grid(argparse.Namespace(grid="tiny", tasks="a5", only="", set=sets[1:]))
+                if c.mechanism == mech and c.layers == 1][0]
+        folder = done / cell.id
+        folder.mkdir(parents=True)
+        (folder / "cell.json").write_text(json.dumps(cell.record()))
+        (folder / "metrics.json").write_text(json.dumps(
+            dict(finished=True, steps_done=8, stop_reason="steps", error={"in_dist": seq_err / 4},
+                 sequence_error={"in_dist": seq_err})))
+    out = sweep_run(build, tmp_path / "runs", *sets, "--also-done", str(done))
+    assert "a5-len3-l2-path-s1: skipped (depth 1 solves it" in out, out
+    assert "a5-len3-l2-rope-s1: finished" in out, out
+    assert not (tmp_path / "runs" / "a5-len3-l2-path-s1").exists()
+    assert "1 not needed" in out and "0 left" in out, out
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "sweep_synthetic.py"), "status", "--grid", "tiny",
+                        "--tasks", "a5", *sets, "--runs", str(tmp_path / "runs"), "--also-done", str(done)],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert "a5: 3 finished, 0 started, 0 not started, 1 not needed" in r.stdout, r.stdout
