@@ -294,6 +294,12 @@ def pruned_by(cell, verdicts):
     return min(solved_depths) if solved_depths else None
 
 
+def not_needed(cells, rows):
+    """The ids of the unfinished cells that pruned_by makes unneeded, given the summary rows of the same cells."""
+    verdicts = group_verdicts(rows)
+    return {c.id for c, r in zip(cells, rows) if str(r["finished"]) != "1" and pruned_by(c, verdicts) is not None}
+
+
 # ---- summary ----
 
 SUMMARY_FIELDS = ["cell", "task", "size_name", "size", "mechanism", "layers", "seed", "width", "heads", "batch",
@@ -686,8 +692,7 @@ def cmd_run(args):
         time.sleep(args.poll)
     rows = write_summary(cells, dirs, summary)
     n_fin = sum(1 for r in rows if str(r["finished"]) == "1")
-    n_pruned = sum(1 for c, r in zip(cells, rows)
-                   if str(r["finished"]) != "1" and pruned_by(c, group_verdicts(rows)) is not None)
+    n_pruned = len(not_needed(cells, rows))
     print(f"sweep: {done_here} finished in this call ({pruned} skipped), {n_fin} of {len(cells)} finished in all, "
           f"{n_pruned} not needed (a shallower depth solves them), {len(cells) - n_fin - n_pruned} left; "
           f"{time.time() - t0:.0f} s; summary {summary}", flush=True)
@@ -704,13 +709,12 @@ def cmd_summary(args):
 def cmd_status(args):
     cells = make_grid(args)
     rows = summary_rows(cells, [args.runs] + (args.also_done or []))
-    verdicts = group_verdicts(rows)
+    unneeded = not_needed(cells, rows)
     for task in dict.fromkeys(r["task"] for r in rows):
-        pairs = [(c, r) for c, r in zip(cells, rows) if r["task"] == task]
-        rs = [r for _, r in pairs]
+        rs = [r for r in rows if r["task"] == task]
         fin = sum(1 for r in rs if str(r["finished"]) == "1")
-        skip = sum(1 for c, r in pairs if str(r["finished"]) != "1" and pruned_by(c, verdicts) is not None)
-        started = sum(1 for c, r in pairs if str(r["finished"]) != "1" and r["folder"] and pruned_by(c, verdicts) is None)
+        skip = sum(1 for r in rs if r["cell"] in unneeded)
+        started = sum(1 for r in rs if str(r["finished"]) != "1" and r["folder"] and r["cell"] not in unneeded)
         print(f"{task}: {fin} finished, {started} started, {len(rs) - fin - started - skip} not started"
               + (f", {skip} not needed (a shallower depth solves them)" if skip else "")
               + f" (steps done {sum(int(r['steps_done'] or 0) for r in rs)} of {sum(int(r['steps']) for r in rs)})")

@@ -46,11 +46,6 @@ __global__ void fill_f32(float* x, int64_t n, uint64_t seed, float scale) {
 
 constexpr double kCopyTBs = 4.3;  // device-to-device copy ceiling measured on this H200 (docs/perf/notes.md)
 
-__global__ void fill_bf16_scaled(__nv_bfloat16* x, int64_t n, uint64_t seed, float scale) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    x[i] = __float2bfloat16(scale * hash_normal(i, seed));
-}
-
 __global__ void fill_const(float* x, int64_t n, float c) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) x[i] = c;
 }
@@ -156,8 +151,8 @@ int main(int argc, char** argv) {
     CHECK(cudaMalloc(&o, B * HQ * D * 2));
     CHECK(cudaMalloc(&lse, B * HQ * 4));
     if (bf16_cache) {
-      fill_bf16_scaled<<<4096, 256>>>(static_cast<__nv_bfloat16*>(ck), B * Tmax * H * D, 1, 0.3f);
-      fill_bf16_scaled<<<4096, 256>>>(static_cast<__nv_bfloat16*>(cv), B * Tmax * H * D, 2, 1.f);
+      fill_bf16<<<4096, 256>>>(static_cast<__nv_bfloat16*>(ck), B * Tmax * H * D, 1, 0.3f);
+      fill_bf16<<<4096, 256>>>(static_cast<__nv_bfloat16*>(cv), B * Tmax * H * D, 2, 1.f);
     } else {
       fill_f32<<<4096, 256>>>(static_cast<float*>(ck), B * Tmax * H * D, 1, 0.3f);
       fill_f32<<<4096, 256>>>(static_cast<float*>(cv), B * Tmax * H * D, 2, 1.f);

@@ -35,9 +35,9 @@ __device__ inline float hash_normal(uint64_t i, uint64_t seed) {
   return sqrtf(-2.f * logf(u1)) * cospif(2.f * u2);
 }
 
-__global__ void fill_bf16(__nv_bfloat16* x, int64_t n, uint64_t seed) {
+__global__ void fill_bf16(__nv_bfloat16* x, int64_t n, uint64_t seed, float scale = 1.f) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    x[i] = __float2bfloat16(hash_normal(i, seed));
+    x[i] = __float2bfloat16(scale * hash_normal(i, seed));
 }
 // Unit-norm rows of D (one warp per row).
 __global__ void fill_w(float* w, int64_t rows, int D, uint64_t seed) {

@@ -23,6 +23,15 @@ inline bool decode_prefetch() {
   return on;
 }
 
+// The split kernel's instance for the cache's key and value types (f32 / bf16 keys, f32 / T values).
+template <typename T, int D, int kG, bool kCkpt, bool kPrefetch>
+auto split_kernel_for(const DecodeParams& p) {
+  return p.ck_bf16 ? (p.cv_low ? decode_split_kernel<T, D, kG, __nv_bfloat16, T, kCkpt, kPrefetch>
+                               : decode_split_kernel<T, D, kG, __nv_bfloat16, float, kCkpt, kPrefetch>)
+                   : (p.cv_low ? decode_split_kernel<T, D, kG, float, T, kCkpt, kPrefetch>
+                               : decode_split_kernel<T, D, kG, float, float, kCkpt, kPrefetch>);
+}
+
 // Per new token, in order on `stream`: [the carry kernel], the split kernel, the combine kernel, [the refresh kernel]
 // (brackets: the checkpointed cache only).
 template <typename T, int D, int kG, bool kCkpt>
@@ -32,17 +41,9 @@ void launch_decode_steps(const DecodeParams& p, int S, cudaStream_t stream) {
   const unsigned split_blocks = static_cast<unsigned>(static_cast<int64_t>(p.B) * p.H * p.num_splits);
   const unsigned combine_blocks = static_cast<unsigned>(static_cast<int64_t>(p.B) * p.HQ);
   const unsigned carry_blocks = static_cast<unsigned>(static_cast<int64_t>(p.B) * p.H);
-  // The cache's key and value types: f32 / bf16 keys, f32 / T values.
-  void (*split)(const DecodeParams) =
-      p.ck_bf16 ? (p.cv_low ? decode_split_kernel<T, D, kG, __nv_bfloat16, T, kCkpt>
-                            : decode_split_kernel<T, D, kG, __nv_bfloat16, float, kCkpt>)
-                : (p.cv_low ? decode_split_kernel<T, D, kG, float, T, kCkpt> : decode_split_kernel<T, D, kG, float, float, kCkpt>);
+  void (*split)(const DecodeParams) = split_kernel_for<T, D, kG, kCkpt, false>(p);
   if constexpr (!kCkpt)
-    if (decode_prefetch())
-      split = p.ck_bf16 ? (p.cv_low ? decode_split_kernel<T, D, kG, __nv_bfloat16, T, false, true>
-                                    : decode_split_kernel<T, D, kG, __nv_bfloat16, float, false, true>)
-                        : (p.cv_low ? decode_split_kernel<T, D, kG, float, T, false, true>
-                                    : decode_split_kernel<T, D, kG, float, float, false, true>);
+    if (decode_prefetch()) split = split_kernel_for<T, D, kG, false, true>(p);
   void (*refresh)(const DecodeParams) = p.ck_bf16 ? decode_refresh_kernel<__nv_bfloat16, D> : decode_refresh_kernel<float, D>;
   constexpr int kRefreshSmem = decode_refresh_smem_bytes<D>();
   if constexpr (kCkpt) {
