@@ -6,8 +6,10 @@
 #   all:   build, gpu tests (forward and backward; the T = 16384 backward case too unless GPU_SKIP_LONG=1), sanitizers
 #          on small forward and backward cases, bench_fwd --bwd (forward, backward, both summation modes) + baselines
 #   quick: the gpu tests and bench_fwd with per-stage times, no sanitizer, no baselines
-#   decode: the CUDA decode alone: its gpu tests, memcheck + racecheck on small cases, bench_decode_cuda (plain f32 and
-#          bf16 caches, then the checkpointed cache with period DECODE_CKPT_PERIOD, default 64; DECODE_SKIP_CKPT=1 skips it;
+#   decode: the CUDA decode alone: its gpu tests, memcheck + racecheck on small cases, the tests again with the plain
+#          split instances (PATHATTN_DECODE_PREFETCH=0) and with the tensor-core kernel (PATHATTN_DECODE_MMA=1, its
+#          sanitizers too), bench_decode_cuda (plain f32 and bf16 caches, bf16 on the tensor-core kernel, then the
+#          checkpointed cache with period DECODE_CKPT_PERIOD, default 64; DECODE_SKIP_CKPT=1 skips it;
 #          DECODE_SAN_FILTER: the sanitizers' gtest filter)
 #   ncu:   the gpu tests, then Nsight Compute on one 32 x 4096 (H 32, D 64) forward: each kernel once
 #   bwd:   the gpu tests, bench_fwd --bwd with per-stage times (PATHATTN_CUDA_PROFILE=1), then Nsight Compute on
@@ -165,29 +167,31 @@ if [ "$MODE" = decode ]; then
   build-gpu/tests/cuda/test_cuda_decode > "$OUT/errors_decode.log" 2>&1 || true
   sanitize decode build-gpu/tests/cuda/test_cuda_decode \
     "${DECODE_SAN_FILTER:-*D64_bf16_gate_p0x1x77*:*HQ16_D128*:*kbf16_vlow:*chunked*:CudaDecode.*:CudaDecodeErrors.*}" 400
-  # The split kernel's prefetching instances (opt-in, kernels/decode.cuh kPrefetch): the same tests, the sanitizers
-  # on the 16-bit cache's cases and the small ones.
+  # The split kernel's plain instances (PATHATTN_DECODE_PREFETCH=0; the prefetching ones are the default since the
+  # eleventh session): the same tests.
   t0=$(date +%s)
-  PATHATTN_DECODE_PREFETCH=1 build-gpu/tests/cuda/test_cuda_decode > "$OUT/tests_decode_prefetch.log" 2>&1
-  note "decode gpu tests, PATHATTN_DECODE_PREFETCH=1: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_decode_prefetch.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
-  PATHATTN_DECODE_PREFETCH=1 sanitize decode_prefetch build-gpu/tests/cuda/test_cuda_decode '*kbf16_vlow:*D64_bf16_gate_p0x1x77*:CudaDecode.*' 300
+  PATHATTN_DECODE_PREFETCH=0 build-gpu/tests/cuda/test_cuda_decode > "$OUT/tests_decode_noprefetch.log" 2>&1
+  note "decode gpu tests, PATHATTN_DECODE_PREFETCH=0: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_decode_noprefetch.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
+  # The tensor-core split kernel for bf16 keys and values (opt-in, kernels/decode_mma.cuh): the same tests, the
+  # sanitizers on the 16-bit cache's cases.
+  t0=$(date +%s)
+  PATHATTN_DECODE_MMA=1 build-gpu/tests/cuda/test_cuda_decode > "$OUT/tests_decode_mma.log" 2>&1
+  note "decode gpu tests, PATHATTN_DECODE_MMA=1: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_decode_mma.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
+  grep -E "^\[  FAILED  \]|ratio to bound [1-9]" "$OUT/tests_decode_mma.log" | head -20 | tee -a "$SUMMARY"
+  PATHATTN_DECODE_MMA=1 sanitize decode_mma build-gpu/tests/cuda/test_cuda_decode '*bf16*kbf16_vlow:CudaDecode.*' 300
   t0=$(date +%s)
   timeout 300 build-gpu/bench/cuda/bench_decode_cuda > "$OUT/bench_decode.log" 2>&1
   note "bench_decode_cuda: rc=$? ($(( $(date +%s) - t0 )) s)"
   tee -a "$SUMMARY" < "$OUT/bench_decode.log"
-  # The bf16 cache (bf16 keys and values), plain.
+  # The bf16 cache (bf16 keys and values): the team kernel, then the tensor-core kernel.
   t0=$(date +%s)
   timeout 300 build-gpu/bench/cuda/bench_decode_cuda --cache bf16 > "$OUT/bench_decode_bf16.log" 2>&1
   note "bench_decode_cuda --cache bf16: rc=$? ($(( $(date +%s) - t0 )) s)"
   tee -a "$SUMMARY" < "$OUT/bench_decode_bf16.log"
   t0=$(date +%s)
-  PATHATTN_DECODE_PREFETCH=1 timeout 300 build-gpu/bench/cuda/bench_decode_cuda --cache bf16 > "$OUT/bench_decode_bf16_prefetch.log" 2>&1
-  note "bench_decode_cuda --cache bf16, PATHATTN_DECODE_PREFETCH=1: rc=$? ($(( $(date +%s) - t0 )) s)"
-  tee -a "$SUMMARY" < "$OUT/bench_decode_bf16_prefetch.log"
-  t0=$(date +%s)
-  PATHATTN_DECODE_PREFETCH=1 timeout 300 build-gpu/bench/cuda/bench_decode_cuda > "$OUT/bench_decode_prefetch.log" 2>&1
-  note "bench_decode_cuda (f32), PATHATTN_DECODE_PREFETCH=1: rc=$? ($(( $(date +%s) - t0 )) s)"
-  tee -a "$SUMMARY" < "$OUT/bench_decode_prefetch.log"
+  PATHATTN_DECODE_MMA=1 timeout 300 build-gpu/bench/cuda/bench_decode_cuda --cache bf16 > "$OUT/bench_decode_bf16_mma.log" 2>&1
+  note "bench_decode_cuda --cache bf16, PATHATTN_DECODE_MMA=1: rc=$? ($(( $(date +%s) - t0 )) s)"
+  tee -a "$SUMMARY" < "$OUT/bench_decode_bf16_mma.log"
   # The checkpointed cache (docs/cuda.md "Decode"); DECODE_SKIP_CKPT=1 leaves it out.
   [ "${DECODE_SKIP_CKPT:-0}" = 1 ] || {
   t0=$(date +%s)

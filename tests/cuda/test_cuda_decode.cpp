@@ -383,14 +383,20 @@ std::vector<DecodeCase> cases() {
   c.push_back({.H = 2, .HQ = 4, .D = 64, .dt = DType::f16, .prompt = {5, 70}, .steps = 20, .chunks = {1, 4, 15},
                .v_low = true, .seed = 12});
   c.push_back({.H = 1, .HQ = 2, .D = 128, .gate = true, .prompt = {40}, .steps = 300, .k_bf16 = true, .seed = 13});
-  // 16-bit keys and values (and, with PATHATTN_DECODE_PREFETCH=1, the split kernel's prefetching instance,
-  // kernels/decode.cuh; tools/gpu_check.sh decode runs this binary both ways): no GQA (kG = 1) at D 128 over lengths
-  // that are not multiples of a block's rows, and a group of 16 (two passes of 8, the second rereading the rows the
-  // first carried).
+  // 16-bit keys and values (the split kernel's prefetching instances, kernels/decode.cuh, and with
+  // PATHATTN_DECODE_MMA=1 the tensor-core kernel for bf16, kernels/decode_mma.cuh; tools/gpu_check.sh decode runs
+  // this binary with each): no GQA (kG = 1) at D 128 over lengths that are not multiples of a block's rows, a group
+  // of 16 (two passes of 8, the second rereading the rows the first carried), a group of 8 at D 128 (every head row
+  // of the tensor-core kernel's pass) with the gate over 200 steps from lengths 0 and 1, and a group of 3 (masked
+  // head rows) with beta near 2.
   c.push_back({.H = 2, .HQ = 2, .D = 128, .prompt = {300, 5, 129}, .steps = 20, .k_bf16 = true, .v_low = true,
                .seed = 18});
   c.push_back({.H = 1, .HQ = 16, .D = 64, .gate = true, .prompt = {20, 0, 257}, .steps = 20, .beta = BD::high,
                .k_bf16 = true, .v_low = true, .seed = 19});
+  c.push_back({.H = 2, .HQ = 16, .D = 128, .gate = true, .prompt = {0, 1, 140}, .steps = 200, .k_bf16 = true,
+               .v_low = true, .seed = 20});
+  c.push_back({.H = 2, .HQ = 6, .D = 64, .prompt = {31, 2}, .steps = 20, .beta = BD::near2, .k_bf16 = true,
+               .v_low = true, .seed = 21});
   return c;
 }
 INSTANTIATE_TEST_SUITE_P(Cases, CudaDecode, ::testing::ValuesIn(cases()),

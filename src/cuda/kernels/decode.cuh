@@ -114,6 +114,35 @@ __device__ __forceinline__ int64_t decode_len_before(const DecodeParams& p, int 
   return p.step == 0 ? static_cast<int64_t>(p.lengths[b * p.slen]) : static_cast<int64_t>(p.len_snap[b]);
 }
 
+// The block's states (running max in base 2, sum, unnormalised o per part and head of the pass starting at query
+// head hp of kv head h) merged by their maxima into the split's partial, which the combine kernel reads. Every
+// split writes one for each head of the group (an empty split: m = -inf, l = 0, o = 0). After a barrier that
+// publishes ml and o; the caller's next barrier protects them from the next pass.
+template <int kParts, int kG, int D>
+__device__ __forceinline__ void write_split_partials(const DecodeParams& p, const float (&ml)[kParts][kG][2],
+                                                     const float (&o)[kParts][kG][D], int b, int h, int hp, int split) {
+  const int ns = p.num_splits;
+  for (int e = threadIdx.x; e < kG * D; e += blockDim.x) {
+    const int g = e / D, d = e % D;
+    if (hp + g >= p.group) continue;
+    float M = -INFINITY;
+    for (int tm = 0; tm < kParts; ++tm) M = fmaxf(M, ml[tm][g][0]);
+    float L = 0.f, O = 0.f;
+    for (int tm = 0; tm < kParts; ++tm) {
+      const float mt = ml[tm][g][0];
+      const float wgt = mt == -INFINITY ? 0.f : exp2f(mt - M);
+      L += wgt * ml[tm][g][1];
+      O += wgt * o[tm][g][d];
+    }
+    const int64_t part = (static_cast<int64_t>(b) * p.HQ + h * p.group + hp + g) * ns + split;
+    p.part_o[part * D + d] = O;
+    if (d == 0) {
+      p.part_ml[part * 2] = M;
+      p.part_ml[part * 2 + 1] = L;
+    }
+  }
+}
+
 // kG: query heads per pass (a power of two >= the group, at most 8; larger groups take group / 8 passes, the
 // later ones reading back the rows the first pass carried and wrote: each thread rereads only its own writes).
 // KC, VC: the cache's key and value types (KC float or bf16: p.ck_bf16; VC float or T: p.cv_low). kCkpt: the
@@ -124,13 +153,12 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const D
   constexpr int kTeam = D / 4;                    // lanes per cached row (one float4 each)
   constexpr int kTeams = kDecodeThreads / kTeam;  // rows a block reads at once per unrolled slot
   // Rows per team per iteration: loads in flight against registers (f32 rows: 77-84% of the copy bandwidth at
-  // B = 64). A bf16 cache reaches only 42-49% whether a team holds 4, 6 or 8 rows (docs/perf/notes.md, "The bf16
-  // cache's rows in flight"): each iteration waits for its loads, then computes with none in flight. The
-  // prefetching instances (opt-in, PATHATTN_DECODE_PREFETCH=1: not yet run on the GPU) load the next iteration's
-  // rows (as loaded, converted where used) before this iteration's carry and logits, so the loads overlap the
-  // arithmetic and its shuffle chains: 16-bit rows kU = 4 (2 at kG = 8) as now plus as many prefetched, f32 or
-  // mixed rows kU = 2 (1) plus 2 (1), the same rows in flight as the plain instances hold in the registers they
-  // have. ptxas (prefetching instances): no spills at kG <= 4 but for f32 keys with 16-bit values at kG = 4
+  // B = 64). The prefetching instances (the default; PATHATTN_DECODE_PREFETCH=0 selects the others) load the next
+  // iteration's rows (as loaded, converted where used) before this iteration's carry and logits, so the loads
+  // overlap the arithmetic and its shuffle chains: 16-bit rows kU = 4 (2 at kG = 8) plus as many prefetched, f32
+  // or mixed rows kU = 2 (1) plus 2 (1). Measured on the H200: 2-11% faster, f32 rows 82-90% at B = 64; a bf16
+  // cache 45-50% either way, bound by the per-row team reductions (docs/perf/notes.md "Decode";
+  // kernels/decode_mma.cuh is the tensor-core alternative). ptxas (prefetching instances): no spills at kG <= 4 but for f32 keys with 16-bit values at kG = 4
   // (96 bytes); at kG = 8 every instance spills, prefetching or not (84-228 bytes).
   static_assert(!kPrefetch || !kCkpt, "the prefetch is for the plain cache");
   constexpr bool k16 = sizeof(KC) == 2 && sizeof(VC) == 2;
@@ -308,25 +336,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const D
       *reinterpret_cast<float4*>(&sm_o[team][g][d0]) = acc[g];
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < kG * D; e += kDecodeThreads) {
-      const int g = e / D, d = e % D;
-      if (hp + g >= p.group) continue;
-      float M = -INFINITY;
-      for (int tm = 0; tm < kTeams; ++tm) M = fmaxf(M, sm_ml[tm][g][0]);
-      float L = 0.f, O = 0.f;
-      for (int tm = 0; tm < kTeams; ++tm) {
-        const float mt = sm_ml[tm][g][0];
-        const float wgt = mt == -INFINITY ? 0.f : exp2f(mt - M);
-        L += wgt * sm_ml[tm][g][1];
-        O += wgt * sm_o[tm][g][d];
-      }
-      const int64_t part = (static_cast<int64_t>(b) * p.HQ + h * p.group + hp + g) * ns + split;
-      p.part_o[part * D + d] = O;
-      if (d == 0) {
-        p.part_ml[part * 2] = M;
-        p.part_ml[part * 2 + 1] = L;
-      }
-    }
+    write_split_partials<kTeams, kG, D>(p, sm_ml, sm_o, b, h, hp, split);
     __syncthreads();  // the next pass reuses the shared arrays
   }
 }

@@ -5,22 +5,41 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "cuda/check.h"
 #include "cuda/kernels/decode.cuh"
 #include "cuda/kernels/decode_checkpoint.cuh"
+#include "cuda/kernels/decode_mma.cuh"
 #include "cuda/launch/decode_launch.h"
 
 namespace pathattn::cuda {
 
-// PATHATTN_DECODE_PREFETCH=1: the split kernel's prefetching instances for the plain cache (kernels/decode.cuh,
-// kPrefetch), read once. Off by default until it has run on the GPU (tests and the A/B of bench_decode_cuda).
+// Environment switches of the split kernel, read once: an unset variable means the default.
+inline bool env_switch(const char* name, bool dflt) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || *e == '\0') return dflt;
+  return std::strcmp(e, "0") != 0;
+}
+// The prefetching instances for the plain cache (kernels/decode.cuh, kPrefetch): on by default since they ran on
+// the H200 (eleventh session: 2-11% faster at B = 64, f32 cache 81-83% -> 82-90% of the copy bandwidth, bf16
+// 43-48% -> 45-50%; docs/perf/results.md); PATHATTN_DECODE_PREFETCH=0 selects the plain instances.
 inline bool decode_prefetch() {
-  static const bool on = [] {
-    const char* e = std::getenv("PATHATTN_DECODE_PREFETCH");
-    return e != nullptr && std::strcmp(e, "1") == 0;
-  }();
+  static const bool on = env_switch("PATHATTN_DECODE_PREFETCH", true);
   return on;
+}
+// The tensor-core split kernel for bf16 inputs with bf16 keys and values (kernels/decode_mma.cuh): opt-in,
+// PATHATTN_DECODE_MMA=1, until it has run on the GPU (tests, sanitizers, bench_decode_cuda --cache bf16).
+inline bool decode_mma() {
+  static const bool on = env_switch("PATHATTN_DECODE_MMA", false);
+  return on;
+}
+// Its 16-byte row loads: the cache's pointers and strides (elements) must keep every row 16-byte aligned.
+inline bool decode_mma_fits(const DecodeParams& p) {
+  auto ok = [](const void* ptr, const Strides& s) {
+    return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s.b % 8 == 0 && s.t % 8 == 0 && s.h % 8 == 0;
+  };
+  return p.ck_bf16 && p.cv_low && ok(p.ck, p.sck) && ok(p.cv, p.scv);
 }
 
 // The split kernel's instance for the cache's key and value types (f32 / bf16 keys, f32 / T values).
@@ -42,8 +61,11 @@ void launch_decode_steps(const DecodeParams& p, int S, cudaStream_t stream) {
   const unsigned combine_blocks = static_cast<unsigned>(static_cast<int64_t>(p.B) * p.HQ);
   const unsigned carry_blocks = static_cast<unsigned>(static_cast<int64_t>(p.B) * p.H);
   void (*split)(const DecodeParams) = split_kernel_for<T, D, kG, kCkpt, false>(p);
-  if constexpr (!kCkpt)
+  if constexpr (!kCkpt) {
     if (decode_prefetch()) split = split_kernel_for<T, D, kG, false, true>(p);
+    if constexpr (std::is_same_v<T, __nv_bfloat16>)
+      if (decode_mma() && decode_mma_fits(p)) split = decode_split_mma_kernel<D>;
+  }
   void (*refresh)(const DecodeParams) = p.ck_bf16 ? decode_refresh_kernel<__nv_bfloat16, D> : decode_refresh_kernel<float, D>;
   constexpr int kRefreshSmem = decode_refresh_smem_bytes<D>();
   if constexpr (kCkpt) {
