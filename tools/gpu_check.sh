@@ -192,6 +192,16 @@ if [ "$MODE" = decode ]; then
   PATHATTN_DECODE_MMA=1 timeout 300 build-gpu/bench/cuda/bench_decode_cuda --cache bf16 > "$OUT/bench_decode_bf16_mma.log" 2>&1
   note "bench_decode_cuda --cache bf16, PATHATTN_DECODE_MMA=1: rc=$? ($(( $(date +%s) - t0 )) s)"
   tee -a "$SUMMARY" < "$OUT/bench_decode_bf16_mma.log"
+  # Small batches: fewer, longer splits (plan.cu decode_splits; defaults 4 waves, >= 128 rows per split), f32 cache;
+  # only the B = 1 rows are of interest here.
+  for sp in "2 256" "1 512"; do
+    read -r wv mr <<< "$sp"
+    t0=$(date +%s)
+    PATHATTN_DECODE_WAVES=$wv PATHATTN_DECODE_MIN_ROWS=$mr timeout 120 build-gpu/bench/cuda/bench_decode_cuda \
+      > "$OUT/bench_decode_waves${wv}_rows$mr.log" 2>&1
+    note "bench_decode_cuda, PATHATTN_DECODE_WAVES=$wv PATHATTN_DECODE_MIN_ROWS=$mr: rc=$? ($(( $(date +%s) - t0 )) s)"
+    grep -E "^#|^ +(64|128) +1 " "$OUT/bench_decode_waves${wv}_rows$mr.log" | tee -a "$SUMMARY"
+  done
   # The checkpointed cache (docs/cuda.md "Decode"); DECODE_SKIP_CKPT=1 leaves it out.
   [ "${DECODE_SKIP_CKPT:-0}" = 1 ] || {
   t0=$(date +%s)

@@ -3,7 +3,7 @@
 # path-fox, rope, fox; 3 seeds) in device commands of at most 10 minutes each, run from the repository root on the
 # GPU machine. tools/sweep_synthetic.py does the work; this script fixes the folders and the machine's options.
 #
-#   tools/synthetic_gpu.sh build           pathattn_train and bench_step against the machine's torch with the CUDA op
+#   tools/synthetic_gpu.sh build           pathattn_train, pathattn_generate and bench_step against the machine's torch with the CUDA op
 #                                          (build-gpu-torch, as lm_gpu.sh and gpu_check.sh build it)
 #   tools/synthetic_gpu.sh probe           step times of every cell shape on the GPU (bench_step, bf16, 5 + 20 steps),
 #                                          to gpu_steps.csv, then the plan with them ($OUT/synthetic.tgz)
@@ -13,6 +13,10 @@
 #                                          every cell that ends, and summary.csv, into $OUT/synthetic.tgz.
 #                                          OPTIONS go to sweep_synthetic.py run (e.g. --only 'a5-len20', --set ...)
 #   tools/synthetic_gpu.sh status          cells finished / started / not started per task
+#   tools/synthetic_gpu.sh generate        the main job's flip-flop PaTH model (tools/run_demo.sh's settings) trained on
+#                                          cuda, then pathattn_generate --device cuda on its checkpoint: the reads it
+#                                          answers through the CUDA decode (--eval-reads 256) and tokens/s of batched
+#                                          sampling (issue 11's generate program on the GPU); logs to $OUT/generate.txt
 #   tools/synthetic_gpu.sh ckpt-repro      a tiny flip-flop run that checkpoints every 2 steps, on cuda and on the
 #                                          cpu, ok / FAILED for each (gdb's backtrace on a failure where the machine has
 #                                          gdb): the second checkpoint of a process ended every GPU cell with SIGSEGV
@@ -61,7 +65,7 @@ case "$CMD" in
       -DCMAKE_BUILD_TYPE=Release "${cli[@]}" \
       -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')" \
       -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" > /tmp/syn_build.log 2>&1 &&
-      make -C "$BUILD" -j"$(nproc)" pathattn_train bench_step >> /tmp/syn_build.log 2>&1
+      make -C "$BUILD" -j"$(nproc)" pathattn_train pathattn_generate bench_step >> /tmp/syn_build.log 2>&1
     rc=$?
     echo "synthetic build: rc=$rc ($(( $(date +%s) - t0 )) s)"; [ $rc = 0 ] || { tail -30 /tmp/syn_build.log; exit $rc; }
     ;;
@@ -108,6 +112,27 @@ case "$CMD" in
       fi
     done
     exit $fails
+    ;;
+  generate)
+    # The demo's PaTH model (tools/run_demo.sh defaults) on cuda; then generation through the CUDA decode kernels.
+    d=/tmp/gen-demo; rm -rf "$d"
+    log=${OUT:-/tmp}/generate.txt; mkdir -p "$(dirname "$log")"
+    t0=$(date +%s)
+    "$BUILD/model/pathattn_train" --task flipflop --mechanism path --layers 1 --heads 2 --width 64 --batch 16 \
+      --steps 600 --lr 3e-3 --warmup 50 --eval-every 150 --eval-size 256 --log-every 100 --seed 1 --device "$SYN_DEVICE" \
+      --out "$d" > "$log" 2>&1
+    rc=$?
+    echo "generate: training rc=$rc ($(( $(date +%s) - t0 )) s)" | tee -a "$log"
+    [ $rc = 0 ] || { tail -20 "$log"; exit $rc; }
+    t0=$(date +%s)
+    "$BUILD/model/pathattn_generate" --ckpt "$d" --eval-reads 256 --device "$SYN_DEVICE" >> "$log" 2>&1
+    rc1=$?
+    "$BUILD/model/pathattn_generate" --ckpt "$d" --sample 64 --tokens 256 --temperature 0.8 --top-k 2 \
+      --device "$SYN_DEVICE" >> "$log" 2>&1
+    rc2=$?
+    echo "generate: eval-reads rc=$rc1, sample rc=$rc2 ($(( $(date +%s) - t0 )) s)" | tee -a "$log"
+    grep -iE "reads|tok/s|tokens/s|error" "$log" | tail -12
+    [ $rc1 = 0 ] && [ $rc2 = 0 ]
     ;;
   status) "${sweep[@]}" status --grid "$SYN_GRID" --tasks "$SYN_TASKS" --runs "$SYN_RUNS" "${done_args[@]}" ;;
   *) sed -n '2,22p' "$0"; exit 2 ;;

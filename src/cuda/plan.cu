@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -92,12 +93,27 @@ Plan make_plan(const std::vector<Segment>& segs, int H, bool backward, int pair_
   return pl;
 }
 
+namespace {
+// A positive integer from the environment, or dflt (unset, empty, not a positive number).
+int64_t env_positive(const char* name, int64_t dflt) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || *e == '\0') return dflt;
+  char* end = nullptr;
+  const long long v = std::strtoll(e, &end, 10);
+  return (end != e && *end == '\0' && v > 0) ? static_cast<int64_t>(v) : dflt;
+}
+}  // namespace
+
 int decode_splits(int64_t B, int64_t H, int64_t Tmax, int sms) {
   // Two resident split blocks per SM (256 threads, 128 registers), four waves' worth of blocks: short splits
   // even out sequences of different lengths. Each split adds a partial of HQ / H x (D + 2) floats per kv head,
-  // small beside its >= 128 rows x 3 x 4 D bytes of cache traffic.
-  const int64_t want = (4 * 2 * static_cast<int64_t>(std::max(sms, 1)) + B * H - 1) / std::max<int64_t>(B * H, 1);
-  const int64_t useful = std::max<int64_t>(1, Tmax / kDecodeMinRows);
+  // small beside its >= 128 rows x 3 x 4 D bytes of cache traffic. PATHATTN_DECODE_WAVES and
+  // PATHATTN_DECODE_MIN_ROWS override the 4 and the 128 (read once), for measuring where a small batch's fixed
+  // costs per block balance its parallelism (docs/perf/notes.md "Decode").
+  static const int64_t waves = env_positive("PATHATTN_DECODE_WAVES", 4);
+  static const int64_t min_rows = env_positive("PATHATTN_DECODE_MIN_ROWS", kDecodeMinRows);
+  const int64_t want = (waves * 2 * static_cast<int64_t>(std::max(sms, 1)) + B * H - 1) / std::max<int64_t>(B * H, 1);
+  const int64_t useful = std::max<int64_t>(1, Tmax / min_rows);
   return static_cast<int>(std::clamp<int64_t>(std::min(want, useful), 1, kDecodeMaxSplits));
 }
 
