@@ -36,8 +36,11 @@ class Task {
   virtual int64_t seq_len() const = 0;  // T of a batch
   virtual Batch sample(int64_t batch, std::mt19937_64& rng) const = 0;
   // The evaluation sets of the task, drawn from `seed` (independent of the training stream). The first is
-  // the in-distribution set.
-  virtual std::vector<EvalSet> eval_sets(int64_t size, uint64_t seed) const = 0;
+  // the in-distribution set; by default it is the only one, `size` sequences of sample() from seed * 1000003.
+  virtual std::vector<EvalSet> eval_sets(int64_t size, uint64_t seed) const {
+    std::mt19937_64 rng(seed * 1000003ULL);
+    return {{"in_dist", sample(size, rng)}};
+  }
   // A language model (every position scored, next-token loss): the trainer also reports perplexity.
   virtual bool language_model() const { return false; }
   // What the training stream reads beyond the generator's seed (the lm task: its shards' fingerprints). A

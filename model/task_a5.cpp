@@ -65,10 +65,6 @@ class A5 final : public Task {
     }
     return {input, target, torch::ones({batch, L}, torch::kBool)};
   }
-  std::vector<EvalSet> eval_sets(int64_t size, uint64_t seed) const override {
-    std::mt19937_64 rng(seed * 1000003ULL);
-    return {{"in_dist", sample(size, rng)}};
-  }
   TaskConfig config() const override {
     TaskConfig c;
     c.name = "a5";

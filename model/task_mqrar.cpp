@@ -57,10 +57,6 @@ class Mqrar final : public Task {
     }
     return make_batch(seqs, masks);
   }
-  std::vector<EvalSet> eval_sets(int64_t size, uint64_t seed) const override {
-    std::mt19937_64 rng(seed * 1000003ULL);
-    return {{"in_dist", sample(size, rng)}};
-  }
   TaskConfig config() const override {
     TaskConfig c;
     c.name = "mqrar";
