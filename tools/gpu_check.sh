@@ -178,7 +178,7 @@ if [ "$MODE" = decode ]; then
   PATHATTN_DECODE_MMA=1 build-gpu/tests/cuda/test_cuda_decode > "$OUT/tests_decode_mma.log" 2>&1
   note "decode gpu tests, PATHATTN_DECODE_MMA=1: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_decode_mma.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
   grep -E "^\[  FAILED  \]|ratio to bound [1-9]" "$OUT/tests_decode_mma.log" | head -20 | tee -a "$SUMMARY"
-  PATHATTN_DECODE_MMA=1 sanitize decode_mma build-gpu/tests/cuda/test_cuda_decode '*bf16*kbf16_vlow:CudaDecode.*' 300
+  PATHATTN_DECODE_MMA=1 sanitize decode_mma build-gpu/tests/cuda/test_cuda_decode '*bf16*kbf16_vlow:*bf16*kbf16_vlow_ckpt*:CudaDecode.*' 300
   t0=$(date +%s)
   timeout 300 build-gpu/bench/cuda/bench_decode_cuda > "$OUT/bench_decode.log" 2>&1
   note "bench_decode_cuda: rc=$? ($(( $(date +%s) - t0 )) s)"
@@ -192,6 +192,14 @@ if [ "$MODE" = decode ]; then
   PATHATTN_DECODE_MMA=1 timeout 300 build-gpu/bench/cuda/bench_decode_cuda --cache bf16 > "$OUT/bench_decode_bf16_mma.log" 2>&1
   note "bench_decode_cuda --cache bf16, PATHATTN_DECODE_MMA=1: rc=$? ($(( $(date +%s) - t0 )) s)"
   tee -a "$SUMMARY" < "$OUT/bench_decode_bf16_mma.log"
+  # The checkpointed bf16 cache (period 64): the team kernel, then the tensor-core kernel's kCkpt instances.
+  for mma in 0 1; do
+    t0=$(date +%s)
+    PATHATTN_DECODE_MMA=$mma timeout 200 build-gpu/bench/cuda/bench_decode_cuda --cache bf16 --ckpt 64 \
+      > "$OUT/bench_decode_bf16_ckpt_mma$mma.log" 2>&1
+    note "bench_decode_cuda --cache bf16 --ckpt 64, PATHATTN_DECODE_MMA=$mma: rc=$? ($(( $(date +%s) - t0 )) s)"
+    tee -a "$SUMMARY" < "$OUT/bench_decode_bf16_ckpt_mma$mma.log"
+  done
   # Small batches: fewer, longer splits (plan.cu decode_splits; defaults 4 waves, >= 128 rows per split), f32 cache;
   # only the B = 1 rows are of interest here.
   for sp in "2 256" "1 512"; do

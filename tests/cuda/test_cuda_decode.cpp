@@ -397,6 +397,12 @@ std::vector<DecodeCase> cases() {
                .v_low = true, .seed = 20});
   c.push_back({.H = 2, .HQ = 6, .D = 64, .prompt = {31, 2}, .steps = 20, .beta = BD::near2, .k_bf16 = true,
                .v_low = true, .seed = 21});
+  // The checkpointed cache with bf16 inputs, keys and values (the tensor-core kernel's kCkpt instances: 7 heads
+  // per pass, so a group of 8 takes two; old and recent rows in one 16-row block; refreshes every 16 / 7 tokens).
+  c.push_back({.H = 2, .HQ = 16, .D = 64, .gate = true, .prompt = {0, 1, 77}, .steps = 40, .k_bf16 = true,
+               .v_low = true, .period = 16, .seed = 22});
+  c.push_back({.H = 1, .HQ = 4, .D = 128, .prompt = {65, 3}, .steps = 30, .beta = BD::near2, .k_bf16 = true,
+               .v_low = true, .period = 7, .seed = 23});
   return c;
 }
 INSTANTIATE_TEST_SUITE_P(Cases, CudaDecode, ::testing::ValuesIn(cases()),

@@ -1,9 +1,10 @@
 // The decode's split kernel for a 16-bit cache on tensor cores (docs/math.md Eq. 42; docs/cuda.md "Decode"): bf16
-// inputs, bf16 keys, bf16 values, the plain cache. It does what decode_split_kernel (kernels/decode.cuh) does, with
-// the same blocks, splits, partials and combine kernel, but forms the dot products of a block of cached rows as
-// mma.sync m16n8k16 products instead of one team reduction (4 shuffle levels) per row and query head: with a bf16
-// cache the team kernel reaches 42-50% of the copy bandwidth at B = 64 and its step takes 84-88% of the f32 cache's
-// time, bound by that per-row work (docs/perf/notes.md, "Decode").
+// inputs, bf16 keys, bf16 values, the plain or the checkpointed cache (kCkpt, below). It does what
+// decode_split_kernel (kernels/decode.cuh) does, with the same blocks, splits, partials and combine kernel, but
+// forms the dot products of a block of cached rows as mma.sync m16n8k16 products instead of one team reduction
+// (4 shuffle levels) per row and query head: with a bf16 cache the team kernel reaches 42-50% of the copy
+// bandwidth at B = 64 and its step takes 84-88% of the f32 cache's time, bound by that per-row work
+// (docs/perf/notes.md, "Decode").
 //
 // One warp takes 16 cached rows at a time (the 8 warps of a block interleave over the split's rows):
 //   S = A C^T (16 x 16 rows)   A = [w_hi; q_0 .. q_6; w_lo; q_7] (rows 0 and 8 the two halves of w_t, Eq. 42;
@@ -19,6 +20,11 @@
 // 2 tq + 8, 2 tq + 9 and pairs them per column with byte permutes.
 // Heads: 8 per pass (rows 1..7 and 9); larger groups take group / 8 passes, the later ones reading back (same
 // lanes, same chunks) the rows the first carried. Rows need 16-byte aligned cache rows (decode_mma_fits).
+// kCkpt (the checkpointed cache, docs/math.md Eq. 35): rows below the checkpoint are read with the carried-back
+// query q~ (f32, the carry kernel's) and neither carried nor written. Their logits come from a second product,
+// A~ = [0; q~_hi of heads 0..6; 0; q~_lo of heads 0..6], so that each head's two halves sit in one lane (rows gq
+// and gq + 8) and sum there; hence 7 heads per pass. A~ is the same for every warp: it is kept in shared memory,
+// not in registers. A block of 16 rows runs the product(s) its rows need (old, recent or both).
 #pragma once
 
 #include "cuda/kernels/decode.cuh"
@@ -39,7 +45,7 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-template <int D>
+template <int D, bool kCkpt = false>
 __global__ void __launch_bounds__(kDecodeThreads, D == 64 ? 2 : 1) decode_split_mma_kernel(const DecodeParams p) {
   using T = __nv_bfloat16;
   constexpr int kWarps = kDecodeThreads / 32;
@@ -50,12 +56,13 @@ __global__ void __launch_bounds__(kDecodeThreads, D == 64 ? 2 : 1) decode_split_
   constexpr int kKV = kKC / 8;  // ... as 16-byte vectors
   constexpr int kNT = D / 8;    // n-tiles of P V = value elements per lane per row
   constexpr int kVV = kNT / 8;  // ... as 16-byte vectors
-  constexpr int kH = kDecodeMmaHeads;
+  constexpr int kH = kCkpt ? kDecodeMmaHeads - 1 : kDecodeMmaHeads;  // heads per pass
   constexpr float kLog2e = 1.4426950408889634f;
   static_assert(kKV >= 1 && kVV >= 1, "D = 64 or 128");
   __shared__ float sm_ml[kWarps][kH][2];
   __shared__ __align__(16) float sm_o[kWarps][kH][D];
   __shared__ __align__(16) float sm_w[D];  // w_t in f32, for the carry
+  __shared__ __align__(16) uint32_t sm_aold[kCkpt ? kKS : 1][32][4];  // A~'s fragments per k-step and lane
 
   const int ns = p.num_splits;
   const int split = static_cast<int>(blockIdx.x % ns);
@@ -69,6 +76,11 @@ __global__ void __launch_bounds__(kDecodeThreads, D == 64 ? 2 : 1) decode_split_
   if (t == 0 && h == 0 && split == 0 && threadIdx.x == 0) p.len_snap[b] = static_cast<int32_t>(before);
   if (before < 0 || before + p.S > p.Tmax) return;  // the call does not fit: the combine kernel writes NaN
   const int L0 = static_cast<int>(before) + t;
+  int ckpt = 0;  // rows [0, ckpt) are old (the checkpointed cache's; none in the plain cache)
+  if constexpr (kCkpt) {
+    ckpt = p.ckpt_snap[b];
+    if (ckpt < 0) return;  // a broken checkpointed cache: the combine kernel writes NaN
+  }
   const int r0 = static_cast<int>(static_cast<int64_t>(L0) * split / ns);
   const int r1 = static_cast<int>(static_cast<int64_t>(L0) * (split + 1) / ns);
   const bool first = split == 0;
@@ -128,6 +140,26 @@ __global__ void __launch_bounds__(kDecodeThreads, D == 64 ? 2 : 1) decode_split_
     selfl = quad_sum(selfl);
     selfh = quad_sum(selfh);
 
+    if constexpr (kCkpt) {
+      // A~ (warp 0 writes it; the barrier before the loop publishes it, the one ending the pass protects it).
+      if (warp == 0) {
+        const float* qc = p.qcarried + (static_cast<int64_t>(b) * p.HQ + h * p.group + hp + hl) * D + d0;
+#pragma unroll
+        for (int ks = 0; ks < kKS; ++ks) {
+          const float4 x = vl ? *reinterpret_cast<const float4*>(qc + 4 * ks) : make_float4(0.f, 0.f, 0.f, 0.f);
+          const __nv_bfloat16 h0 = __float2bfloat16_rn(x.x), h1 = __float2bfloat16_rn(x.y),
+                              h2 = __float2bfloat16_rn(x.z), h3 = __float2bfloat16_rn(x.w);
+          const float f0 = __bfloat162float(h0), f1 = __bfloat162float(h1), f2 = __bfloat162float(h2),
+                      f3 = __bfloat162float(h3);
+          // rows gq (hi) and gq + 8 (lo); logical k 2 tq, 2 tq + 1 <- elements 4 ks, 4 ks + 1; k + 8 <- + 2, + 3
+          *reinterpret_cast<uint4*>(sm_aold[ks][lane]) =
+              make_uint4(TypeTraits<T>::pack(f0, f1), TypeTraits<T>::pack(x.x - f0, x.y - f1),
+                         TypeTraits<T>::pack(f2, f3), TypeTraits<T>::pack(x.z - f2, x.w - f3));
+        }
+      }
+      __syncthreads();
+    }
+
     // G_t per head row (f64, docs/spec.md §6), continuing from the last cached token; split 0 appends it.
     const int64_t gol = b * p.scg.b + (h * p.group + hp + hl) * p.scg.h;
     const int64_t goh = b * p.scg.b + (h * p.group + hp + hh) * p.scg.h;
@@ -183,23 +215,39 @@ __global__ void __launch_bounds__(kDecodeThreads, D == 64 ? 2 : 1) decode_split_
                                : make_uint4(0u, 0u, 0u, 0u);
       }
 
-      // S = A C^T for the two 8-row tiles.
-      float s[2][4];
+      // Which rows the block holds (uniform over the warp): old ones (below the checkpoint), recent ones.
+      const bool blk_old = kCkpt && base < ckpt, blk_new = !kCkpt || base + kRows > ckpt;
+      // S = A C^T for the two 8-row tiles; So = A~ C^T for old rows.
+      float s[2][4], so[2][4];
 #pragma unroll
       for (int tau = 0; tau < 2; ++tau) {
         s[tau][0] = s[tau][1] = s[tau][2] = s[tau][3] = 0.f;
+        so[tau][0] = so[tau][1] = so[tau][2] = so[tau][3] = 0.f;
+        if (blk_new) {
 #pragma unroll
-        for (int ks = 0; ks < kKS; ++ks) {
-          const uint32_t a[4] = {alo[2 * ks], ahi[2 * ks], alo[2 * ks + 1], ahi[2 * ks + 1]};
-          mma16816<T>(s[tau], a, u4_word(kr[tau][(2 * ks) / 4], (2 * ks) % 4),
-                      u4_word(kr[tau][(2 * ks + 1) / 4], (2 * ks + 1) % 4));
+          for (int ks = 0; ks < kKS; ++ks) {
+            const uint32_t a[4] = {alo[2 * ks], ahi[2 * ks], alo[2 * ks + 1], ahi[2 * ks + 1]};
+            mma16816<T>(s[tau], a, u4_word(kr[tau][(2 * ks) / 4], (2 * ks) % 4),
+                        u4_word(kr[tau][(2 * ks + 1) / 4], (2 * ks + 1) % 4));
+          }
+        }
+        if constexpr (kCkpt) {
+          if (blk_old) {
+#pragma unroll
+            for (int ks = 0; ks < kKS; ++ks) {
+              const uint4 f = *reinterpret_cast<const uint4*>(sm_aold[ks][lane]);
+              const uint32_t a[4] = {f.x, f.y, f.z, f.w};
+              mma16816<T>(so[tau], a, u4_word(kr[tau][(2 * ks) / 4], (2 * ks) % 4),
+                          u4_word(kr[tau][(2 * ks + 1) / 4], (2 * ks + 1) % 4));
+            }
+          }
         }
       }
 
       // a_j = beta w_t . c_j (rows 0 and 8 of S: lanes 0..3, columns 2 tq, 2 tq + 1), for the key row this lane
       // carries (column gq) and for its two logit columns (2 tq, 2 tq + 1). Later passes read carried rows: a = 0.
       float ac[2] = {0.f, 0.f}, al[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
-      if (carry) {
+      if (carry && blk_new) {
 #pragma unroll
         for (int tau = 0; tau < 2; ++tau) {
           const float x0 = s[tau][0] + s[tau][2], x1 = s[tau][1] + s[tau][3];
@@ -211,7 +259,7 @@ __global__ void __launch_bounds__(kDecodeThreads, D == 64 ? 2 : 1) decode_split_
         // The carry (Eq. 3): c_j - a_j w_t in f32, rounded to the cache's bf16 and stored.
 #pragma unroll
         for (int tau = 0; tau < 2; ++tau) {
-          if (krow[tau] >= r1) continue;
+          if (krow[tau] >= r1 || krow[tau] < ckpt) continue;  // an old row stays at the checkpoint
 #pragma unroll
           for (int v = 0; v < kKV; ++v) {
             uint32_t out[4];
@@ -235,7 +283,8 @@ __global__ void __launch_bounds__(kDecodeThreads, D == 64 ? 2 : 1) decode_split_
         for (int c = 0; c < 2; ++c) {
           const int j = base + 8 * tau + 2 * tq + c;
           const bool ok = j < r1;
-          float x = (s[tau][c] - al[tau][c] * qwl) * p.scale_log2;
+          // Old rows (kCkpt): q~ . c_j, its two halves in rows gq and gq + 8 (Eq. 35).
+          float x = (kCkpt && j < ckpt ? so[tau][c] + so[tau][2 + c] : s[tau][c] - al[tau][c] * qwl) * p.scale_log2;
           float y = (s[tau][2 + c] - al[tau][c] * qwh) * p.scale_log2;
           if (gate && ok) {
             if (vl) x += static_cast<float>(gtl - load_gcum(p, gol + static_cast<int64_t>(j) * p.scg.t)) * kLog2e;

@@ -28,7 +28,8 @@ inline bool decode_prefetch() {
   static const bool on = env_switch("PATHATTN_DECODE_PREFETCH", true);
   return on;
 }
-// The tensor-core split kernel for bf16 inputs with bf16 keys and values (kernels/decode_mma.cuh): opt-in,
+// The tensor-core split kernel for bf16 inputs with bf16 keys and values, plain or checkpointed cache
+// (kernels/decode_mma.cuh): opt-in,
 // PATHATTN_DECODE_MMA=1, until it has run on the GPU (tests, sanitizers, bench_decode_cuda --cache bf16).
 inline bool decode_mma() {
   static const bool on = env_switch("PATHATTN_DECODE_MMA", false);
@@ -61,11 +62,10 @@ void launch_decode_steps(const DecodeParams& p, int S, cudaStream_t stream) {
   const unsigned combine_blocks = static_cast<unsigned>(static_cast<int64_t>(p.B) * p.HQ);
   const unsigned carry_blocks = static_cast<unsigned>(static_cast<int64_t>(p.B) * p.H);
   void (*split)(const DecodeParams) = split_kernel_for<T, D, kG, kCkpt, false>(p);
-  if constexpr (!kCkpt) {
+  if constexpr (!kCkpt)
     if (decode_prefetch()) split = split_kernel_for<T, D, kG, false, true>(p);
-    if constexpr (std::is_same_v<T, __nv_bfloat16>)
-      if (decode_mma() && decode_mma_fits(p)) split = decode_split_mma_kernel<D>;
-  }
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    if (decode_mma() && decode_mma_fits(p)) split = decode_split_mma_kernel<D, kCkpt>;
   void (*refresh)(const DecodeParams) = p.ck_bf16 ? decode_refresh_kernel<__nv_bfloat16, D> : decode_refresh_kernel<float, D>;
   constexpr int kRefreshSmem = decode_refresh_smem_bytes<D>();
   if constexpr (kCkpt) {
