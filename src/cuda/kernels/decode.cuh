@@ -114,6 +114,40 @@ __device__ __forceinline__ int64_t decode_len_before(const DecodeParams& p, int 
   return p.step == 0 ? static_cast<int64_t>(p.lengths[b * p.slen]) : static_cast<int64_t>(p.len_snap[b]);
 }
 
+// Where a split block of the launch stands (both split kernels, kernels/decode.cuh and kernels/decode_mma.cuh):
+// its (sequence, kv head, split) from blockIdx.x, and its cached rows [r0, r1) of the L0 rows before the new token.
+// Step 0's block (b, 0, 0) saves lengths[b] for the later steps and the combine kernel (lengths itself may only
+// change once every block has read it). ok == false: the call does not fit (lengths[b] < 0 or lengths[b] + S >
+// Tmax) or the checkpointed cache is broken (ckpt_snap < 0); the block returns and the combine kernel writes NaN.
+struct SplitBlock {
+  int b, h, split, L0, ckpt, r0, r1;  // ckpt: rows [0, ckpt) are old (the checkpointed cache's; 0 in the plain one)
+  bool ok;
+};
+template <bool kCkpt>
+__device__ __forceinline__ SplitBlock decode_split_block(const DecodeParams& p) {
+  SplitBlock s{};
+  const int ns = p.num_splits;
+  s.split = static_cast<int>(blockIdx.x % ns);
+  const int bh = static_cast<int>(blockIdx.x / ns);
+  s.h = bh % p.H;
+  s.b = bh / p.H;
+  const int64_t before = decode_len_before(p, s.b);
+  if (p.step == 0 && s.h == 0 && s.split == 0 && threadIdx.x == 0) p.len_snap[s.b] = static_cast<int32_t>(before);
+  s.ok = before >= 0 && before + p.S <= p.Tmax;
+  if (!s.ok) return s;
+  s.L0 = static_cast<int>(before) + p.step;
+  if constexpr (kCkpt) {
+    s.ckpt = p.ckpt_snap[s.b];
+    if (s.ckpt < 0) {
+      s.ok = false;
+      return s;
+    }
+  }
+  s.r0 = static_cast<int>(static_cast<int64_t>(s.L0) * s.split / ns);
+  s.r1 = static_cast<int>(static_cast<int64_t>(s.L0) * (s.split + 1) / ns);
+  return s;
+}
+
 // The block's states (running max in base 2, sum, unnormalised o per part and head of the pass starting at query
 // head hp of kv head h) merged by their maxima into the split's partial, which the combine kernel reads. Every
 // split writes one for each head of the group (an empty split: m = -inf, l = 0, o = 0). After a barrier that
@@ -169,26 +203,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const D
   __shared__ float sm_ml[kTeams][kG][2];          // each team's running max (base 2) and sum, per head
   __shared__ __align__(16) float sm_o[kTeams][kG][D];  // and its unnormalised o: 4 kG KB
 
-  const int ns = p.num_splits;
-  const int split = static_cast<int>(blockIdx.x % ns);
-  const int bh = static_cast<int>(blockIdx.x / ns);
-  const int h = bh % p.H, b = bh / p.H;
+  const SplitBlock sb = decode_split_block<kCkpt>(p);
+  if (!sb.ok) return;  // the combine kernel writes NaN
+  const int b = sb.b, h = sb.h, split = sb.split, L0 = sb.L0, ckpt = sb.ckpt, r0 = sb.r0, r1 = sb.r1;
   const int team = threadIdx.x / kTeam, lane = threadIdx.x % kTeam, d0 = 4 * lane;
   const int t = p.step;
-
-  // The cached rows: lengths[b] at step 0 (saved for the later steps and the combine kernel, since lengths itself
-  // may only change once every block has read it), the saved value plus the step after.
-  const int64_t before = decode_len_before(p, b);
-  if (t == 0 && h == 0 && split == 0 && threadIdx.x == 0) p.len_snap[b] = static_cast<int32_t>(before);
-  if (before < 0 || before + p.S > p.Tmax) return;  // the call does not fit: the combine kernel writes NaN
-  const int L0 = static_cast<int>(before) + t;
-  int ckpt = 0;  // rows [0, ckpt) are old (the checkpointed cache's; none in the plain cache)
-  if constexpr (kCkpt) {
-    ckpt = p.ckpt_snap[b];
-    if (ckpt < 0) return;  // a broken checkpointed cache: the combine kernel writes NaN
-  }
-  const int r0 = static_cast<int>(static_cast<int64_t>(L0) * split / ns);
-  const int r1 = static_cast<int>(static_cast<int64_t>(L0) * (split + 1) / ns);
   const bool first = split == 0;
   const bool gate = p.g != nullptr;
 

@@ -64,25 +64,11 @@ __global__ void __launch_bounds__(kDecodeThreads, D == 64 ? 2 : 1) decode_split_
   __shared__ __align__(16) float sm_w[D];  // w_t in f32, for the carry
   __shared__ __align__(16) uint32_t sm_aold[kCkpt ? kKS : 1][32][4];  // A~'s fragments per k-step and lane
 
-  const int ns = p.num_splits;
-  const int split = static_cast<int>(blockIdx.x % ns);
-  const int bh = static_cast<int>(blockIdx.x / ns);
-  const int h = bh % p.H, b = bh / p.H;
+  const SplitBlock sb = decode_split_block<kCkpt>(p);
+  if (!sb.ok) return;  // the combine kernel writes NaN
+  const int b = sb.b, h = sb.h, split = sb.split, L0 = sb.L0, ckpt = sb.ckpt, r0 = sb.r0, r1 = sb.r1;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
   const int t = p.step;
-
-  // The cached rows, as decode_split_kernel reads them.
-  const int64_t before = decode_len_before(p, b);
-  if (t == 0 && h == 0 && split == 0 && threadIdx.x == 0) p.len_snap[b] = static_cast<int32_t>(before);
-  if (before < 0 || before + p.S > p.Tmax) return;  // the call does not fit: the combine kernel writes NaN
-  const int L0 = static_cast<int>(before) + t;
-  int ckpt = 0;  // rows [0, ckpt) are old (the checkpointed cache's; none in the plain cache)
-  if constexpr (kCkpt) {
-    ckpt = p.ckpt_snap[b];
-    if (ckpt < 0) return;  // a broken checkpointed cache: the combine kernel writes NaN
-  }
-  const int r0 = static_cast<int>(static_cast<int64_t>(L0) * split / ns);
-  const int r1 = static_cast<int>(static_cast<int64_t>(L0) * (split + 1) / ns);
   const bool first = split == 0;
   const bool gate = p.g != nullptr;
 
@@ -335,28 +321,20 @@ __global__ void __launch_bounds__(kDecodeThreads, D == 64 ? 2 : 1) decode_split_
     // Merge the warps: one partial per (query head, split).
     ll = quad_sum(ll);
     lh = quad_sum(lh);
-    if (vl) {
+    // Head row hd's state; its o is in o[.][c], o[.][c + 1] (c = 0: row gq, c = 2: row gq + 8).
+    auto save = [&](int hd, float m, float l, int c) {
       if (tq == 0) {
-        sm_ml[warp][hl][0] = ml;
-        sm_ml[warp][hl][1] = ll;
+        sm_ml[warp][hd][0] = m;
+        sm_ml[warp][hd][1] = l;
       }
 #pragma unroll
       for (int jt = 0; jt < kNT; ++jt) {
-        sm_o[warp][hl][kNT * (2 * tq) + jt] = o[jt][0];
-        sm_o[warp][hl][kNT * (2 * tq + 1) + jt] = o[jt][1];
+        sm_o[warp][hd][kNT * (2 * tq) + jt] = o[jt][c];
+        sm_o[warp][hd][kNT * (2 * tq + 1) + jt] = o[jt][c + 1];
       }
-    }
-    if (vh) {
-      if (tq == 0) {
-        sm_ml[warp][hh][0] = mh;
-        sm_ml[warp][hh][1] = lh;
-      }
-#pragma unroll
-      for (int jt = 0; jt < kNT; ++jt) {
-        sm_o[warp][hh][kNT * (2 * tq) + jt] = o[jt][2];
-        sm_o[warp][hh][kNT * (2 * tq + 1) + jt] = o[jt][3];
-      }
-    }
+    };
+    if (vl) save(hl, ml, ll, 0);
+    if (vh) save(hh, mh, lh, 2);
     __syncthreads();
     write_split_partials<kWarps, kH, D>(p, sm_ml, sm_o, b, h, hp, split);
     __syncthreads();  // the next pass reuses the shared arrays
