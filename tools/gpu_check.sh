@@ -7,9 +7,10 @@
 #          on small forward and backward cases, bench_fwd --bwd (forward, backward, both summation modes) + baselines
 #   quick: the gpu tests and bench_fwd with per-stage times, no sanitizer, no baselines
 #   decode: the CUDA decode alone: its gpu tests, memcheck + racecheck on small cases, the tests again with the plain
-#          split instances (PATHATTN_DECODE_PREFETCH=0) and with the tensor-core kernel (PATHATTN_DECODE_MMA=1, its
-#          sanitizers too), bench_decode_cuda (plain f32 and bf16 caches, bf16 on the tensor-core kernel, then the
-#          checkpointed cache with period DECODE_CKPT_PERIOD, default 64; DECODE_SKIP_CKPT=1 skips it;
+#          split instances (PATHATTN_DECODE_PREFETCH=0) and with the team kernel for bf16 caches instead of the
+#          tensor-core one (PATHATTN_DECODE_MMA=0, its sanitizers too), bench_decode_cuda (plain f32 and bf16
+#          caches, bf16 on the team kernel, the bf16 checkpointed cache on both, B = 1 split settings, then the
+#          f32 checkpointed cache with period DECODE_CKPT_PERIOD, default 64; DECODE_SKIP_CKPT=1 skips it;
 #          DECODE_SAN_FILTER: the sanitizers' gtest filter)
 #   ncu:   the gpu tests, then Nsight Compute on one 32 x 4096 (H 32, D 64) forward: each kernel once
 #   bwd:   the gpu tests, bench_fwd --bwd with per-stage times (PATHATTN_CUDA_PROFILE=1), then Nsight Compute on
@@ -172,26 +173,25 @@ if [ "$MODE" = decode ]; then
   t0=$(date +%s)
   PATHATTN_DECODE_PREFETCH=0 build-gpu/tests/cuda/test_cuda_decode > "$OUT/tests_decode_noprefetch.log" 2>&1
   note "decode gpu tests, PATHATTN_DECODE_PREFETCH=0: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_decode_noprefetch.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
-  # The tensor-core split kernel for bf16 keys and values (opt-in, kernels/decode_mma.cuh): the same tests, the
-  # sanitizers on the 16-bit cache's cases.
+  # The team split kernel for bf16 keys and values (PATHATTN_DECODE_MMA=0; the tensor-core kernel,
+  # kernels/decode_mma.cuh, is their default since the twelfth session): the same tests, the sanitizers on the
+  # 16-bit cache's cases.
   t0=$(date +%s)
-  PATHATTN_DECODE_MMA=1 build-gpu/tests/cuda/test_cuda_decode > "$OUT/tests_decode_mma.log" 2>&1
-  note "decode gpu tests, PATHATTN_DECODE_MMA=1: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_decode_mma.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
-  grep -E "^\[  FAILED  \]|ratio to bound [1-9]" "$OUT/tests_decode_mma.log" | head -20 | tee -a "$SUMMARY"
-  PATHATTN_DECODE_MMA=1 sanitize decode_mma build-gpu/tests/cuda/test_cuda_decode '*bf16*kbf16_vlow:*bf16*kbf16_vlow_ckpt*:CudaDecode.*' 300
+  PATHATTN_DECODE_MMA=0 build-gpu/tests/cuda/test_cuda_decode > "$OUT/tests_decode_team.log" 2>&1
+  note "decode gpu tests, PATHATTN_DECODE_MMA=0: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_decode_team.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
+  grep -E "^\[  FAILED  \]|ratio to bound [1-9]" "$OUT/tests_decode_team.log" | head -20 | tee -a "$SUMMARY"
+  PATHATTN_DECODE_MMA=0 sanitize decode_team build-gpu/tests/cuda/test_cuda_decode '*bf16*kbf16_vlow:*bf16*kbf16_vlow_ckpt*:CudaDecode.*' 300
   t0=$(date +%s)
   timeout 300 build-gpu/bench/cuda/bench_decode_cuda > "$OUT/bench_decode.log" 2>&1
   note "bench_decode_cuda: rc=$? ($(( $(date +%s) - t0 )) s)"
   tee -a "$SUMMARY" < "$OUT/bench_decode.log"
-  # The bf16 cache (bf16 keys and values): the team kernel, then the tensor-core kernel.
-  t0=$(date +%s)
-  timeout 300 build-gpu/bench/cuda/bench_decode_cuda --cache bf16 > "$OUT/bench_decode_bf16.log" 2>&1
-  note "bench_decode_cuda --cache bf16: rc=$? ($(( $(date +%s) - t0 )) s)"
-  tee -a "$SUMMARY" < "$OUT/bench_decode_bf16.log"
-  t0=$(date +%s)
-  PATHATTN_DECODE_MMA=1 timeout 300 build-gpu/bench/cuda/bench_decode_cuda --cache bf16 > "$OUT/bench_decode_bf16_mma.log" 2>&1
-  note "bench_decode_cuda --cache bf16, PATHATTN_DECODE_MMA=1: rc=$? ($(( $(date +%s) - t0 )) s)"
-  tee -a "$SUMMARY" < "$OUT/bench_decode_bf16_mma.log"
+  # The bf16 cache (bf16 keys and values): the team kernel, then the tensor-core kernel (the default).
+  for mma in 0 1; do
+    t0=$(date +%s)
+    PATHATTN_DECODE_MMA=$mma timeout 300 build-gpu/bench/cuda/bench_decode_cuda --cache bf16 > "$OUT/bench_decode_bf16_mma$mma.log" 2>&1
+    note "bench_decode_cuda --cache bf16, PATHATTN_DECODE_MMA=$mma: rc=$? ($(( $(date +%s) - t0 )) s)"
+    tee -a "$SUMMARY" < "$OUT/bench_decode_bf16_mma$mma.log"
+  done
   # The checkpointed bf16 cache (period 64): the team kernel, then the tensor-core kernel's kCkpt instances.
   for mma in 0 1; do
     t0=$(date +%s)
@@ -200,9 +200,9 @@ if [ "$MODE" = decode ]; then
     note "bench_decode_cuda --cache bf16 --ckpt 64, PATHATTN_DECODE_MMA=$mma: rc=$? ($(( $(date +%s) - t0 )) s)"
     tee -a "$SUMMARY" < "$OUT/bench_decode_bf16_ckpt_mma$mma.log"
   done
-  # Small batches: fewer, longer splits (plan.cu decode_splits; defaults 4 waves, >= 128 rows per split), f32 cache;
-  # only the B = 1 rows are of interest here.
-  for sp in "2 256" "1 512"; do
+  # Small batches: one wave of splits at B H <= SMs / 8 (plan.cu decode_splits, the twelfth session's default)
+  # against the four waves used before, f32 cache; only the B = 1 rows are of interest here.
+  for sp in "4 128"; do
     read -r wv mr <<< "$sp"
     t0=$(date +%s)
     PATHATTN_DECODE_WAVES=$wv PATHATTN_DECODE_MIN_ROWS=$mr timeout 120 build-gpu/bench/cuda/bench_decode_cuda \

@@ -13,7 +13,7 @@
 #                                          every cell that ends, and summary.csv, into $OUT/synthetic.tgz.
 #                                          OPTIONS go to sweep_synthetic.py run (e.g. --only 'a5-len20', --set ...)
 #   tools/synthetic_gpu.sh status          cells finished / started / not started per task
-#   tools/synthetic_gpu.sh generate        the main job's flip-flop PaTH model (tools/run_demo.sh's settings) trained on
+#   tools/synthetic_gpu.sh generate        the main job's flip-flop PaTH model (tools/run_demo.sh's settings, width 128) trained on
 #                                          cuda, then pathattn_generate --device cuda on its checkpoint: the reads it
 #                                          answers through the CUDA decode (--eval-reads 256) and tokens/s of batched
 #                                          sampling (issue 11's generate program on the GPU); logs to $OUT/generate.txt
@@ -114,11 +114,13 @@ case "$CMD" in
     exit $fails
     ;;
   generate)
-    # The demo's PaTH model (tools/run_demo.sh defaults) on cuda; then generation through the CUDA decode kernels.
+    # The demo's PaTH model (tools/run_demo.sh's settings but the width: 128, so that the heads are D = 64, which the
+    # CUDA kernels take; the demo's 64 / 2 heads = D 32 was refused there, twelfth session) on cuda; then
+    # generation through the CUDA decode kernels.
     d=/tmp/gen-demo; rm -rf "$d"
     log=${OUT:-/tmp}/generate.txt; mkdir -p "$(dirname "$log")"
     t0=$(date +%s)
-    "$BUILD/model/pathattn_train" --task flipflop --mechanism path --layers 1 --heads 2 --width 64 --batch 16 \
+    "$BUILD/model/pathattn_train" --task flipflop --mechanism path --layers 1 --heads 2 --width 128 --batch 16 \
       --steps 600 --lr 3e-3 --warmup 50 --eval-every 150 --eval-size 256 --log-every 100 --seed 1 --device "$SYN_DEVICE" \
       --out "$d" > "$log" 2>&1
     rc=$?

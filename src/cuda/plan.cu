@@ -107,12 +107,19 @@ int64_t env_positive(const char* name, int64_t dflt) {
 int decode_splits(int64_t B, int64_t H, int64_t Tmax, int sms) {
   // Two resident split blocks per SM (256 threads, 128 registers), four waves' worth of blocks: short splits
   // even out sequences of different lengths. Each split adds a partial of HQ / H x (D + 2) floats per kv head,
-  // small beside its >= 128 rows x 3 x 4 D bytes of cache traffic. PATHATTN_DECODE_WAVES and
-  // PATHATTN_DECODE_MIN_ROWS override the 4 and the 128 (read once), for measuring where a small batch's fixed
-  // costs per block balance its parallelism (docs/perf/notes.md "Decode").
-  static const int64_t waves = env_positive("PATHATTN_DECODE_WAVES", 4);
+  // small beside its >= 128 rows x 3 x 4 D bytes of cache traffic. With at most one (sequence, kv head) pair per
+  // 8 SMs (B = 1 or 2 at H = 8) one full wave instead (rounded down, so that no block waits for a second wave):
+  // there each block's fixed cost (its prologue, its partial, the combine's share) outweighs what the later waves
+  // even out. Measured on the H200 (twelfth session, f32 cache, B = 1, H 8, through the overrides below): 16k
+  // 61.2 -> 41.0 us at D 64 and 98.1 -> 74.2 at D 128, 131k 263 -> 237 and 494 -> 461; at B = 8 one wave was
+  // 6-30% slower. (The tensor-core kernel at D 128 holds one block per SM: there one such wave is two.)
+  // PATHATTN_DECODE_WAVES and PATHATTN_DECODE_MIN_ROWS override the waves and the 128 (read once), for measuring
+  // (docs/perf/notes.md "Decode").
+  static const int64_t waves_env = env_positive("PATHATTN_DECODE_WAVES", 0);
   static const int64_t min_rows = env_positive("PATHATTN_DECODE_MIN_ROWS", kDecodeMinRows);
-  const int64_t want = (waves * 2 * static_cast<int64_t>(std::max(sms, 1)) + B * H - 1) / std::max<int64_t>(B * H, 1);
+  const int64_t pairs = std::max<int64_t>(B * H, 1), slots = 2 * static_cast<int64_t>(std::max(sms, 1));
+  const bool one_wave = waves_env == 0 && 8 * pairs <= sms;
+  const int64_t want = one_wave ? slots / pairs : ((waves_env > 0 ? waves_env : 4) * slots + pairs - 1) / pairs;
   const int64_t useful = std::max<int64_t>(1, Tmax / min_rows);
   return static_cast<int>(std::clamp<int64_t>(std::min(want, useful), 1, kDecodeMaxSplits));
 }

@@ -37,8 +37,9 @@ inline int bwd_pair_group(int64_t rows) {
 }
 
 // Decode: blocks per (sequence, kv head) of the split kernel (kernels/decode.cuh), from sizes the host knows (the
-// cache's lengths live on the device and split evenly inside the kernel): enough blocks for a few waves over `sms`
-// multiprocessors, but at least kDecodeMinRows cache rows per split at a full cache (Tmax), at most kDecodeMaxSplits.
+// cache's lengths live on the device and split evenly inside the kernel): enough blocks for four waves over `sms`
+// multiprocessors (one full wave when B H <= sms / 8), but at least kDecodeMinRows cache rows per split at a full
+// cache (Tmax), at most kDecodeMaxSplits. Pinned by tests/cuda/test_cuda_plan.cpp.
 constexpr int kDecodeMinRows = 128;  // kDecodeMaxSplits: decode_params.h (the combine kernel sizes by it)
 int decode_splits(int64_t B, int64_t H, int64_t Tmax, int sms);
 

@@ -7,9 +7,9 @@
 // (docs/perf/notes.md, "Decode").
 //
 // One warp takes 16 cached rows at a time (the 8 warps of a block interleave over the split's rows):
-//   S = A C^T (16 x 16 rows)   A = [w_hi; q_0 .. q_6; w_lo; q_7] (rows 0 and 8 the two halves of w_t, Eq. 42;
-//                              rows of heads past the group zero), C the rows as loaded (uncarried)
-//   a_j = beta (S[0, j] + S[8, j]), l = scale (S[r, j] - a_j (q_r . w_t)) + G_t - G_j          (Eq. 42)
+//   S = A C^T (16 x 16 rows)   A = [w_hi; q_0 .. q_6; w_mid; q_7; w_lo; 0 ..] (rows 0, 8 and 10 the three bf16
+//                              parts of w_t, Eq. 42; rows of heads past the group zero), C the rows as loaded
+//   a_j = beta (S[0, j] + (S[8, j] + S[10, j])), l = scale (S[r, j] - a_j (q_r . w_t)) + G_t - G_j   (Eq. 42)
 //   c_j <- c_j - a_j w_t, stored (first pass only); online softmax per head row; O += P V (P in bf16, as
 //   FlashAttention rounds it; l sums the rounded P, so o is a convex combination of the values).
 // Lane layout (lane = 4 gq + tq; fragments: kernels/common.cuh). The order of dimensions inside a dot product is
@@ -91,8 +91,8 @@ __global__ void __launch_bounds__(kDecodeThreads, D == 64 ? 2 : 1) decode_split_
   const int d0 = kKC * tq;  // this lane's chunk of every key row and of A's rows
   for (int hp = 0; hp < p.group; hp += kH) {
     const bool carry = hp == 0;  // the first pass carries each row over H_t and writes it back
-    // This lane's rows of A: gq and gq + 8; rows 0 and 8 are w_hi, w_lo, row r of 1..7 is head r - 1, of 9..15
-    // head r - 2 (zero past the group).
+    // This lane's rows of A: gq and gq + 8; rows 0, 8 and 10 are w_hi, w_mid and w_lo, row r of 1..7 is head
+    // r - 1, row 9 head 7 (zero past the group; kCkpt passes have 7 heads, so row 9 is zero there).
     const int hl = gq - 1, hh = gq + 6;
     const bool vl = gq >= 1 && hp + hl < p.group;
     const bool vh = gq >= 1 && hh < kH && hp + hh < p.group;
@@ -104,13 +104,26 @@ __global__ void __launch_bounds__(kDecodeThreads, D == 64 ? 2 : 1) decode_split_
     for (int i = 0; i < kKW; ++i) {
       const int d = d0 + 2 * i;
       const float w0 = sm_w[d], w1 = sm_w[d + 1];
+      // w = w_hi + w_mid + w_lo exactly (each remainder is exact in f32): a_j as accurate as an f32 dot product,
+      // since the key is bf16 and every product is exact. Two parts (16 bits) left a_j's error at ~2^-17, which
+      // over hundreds of carries moved a bf16 cache 4-5x farther from the CPU decode's than the team kernel does
+      // (the same distance from f64; twelfth session, docs/perf/notes.md).
+      const float hi0 = __bfloat162float(__float2bfloat16_rn(w0)), hi1 = __bfloat162float(__float2bfloat16_rn(w1));
+      const float re0 = w0 - hi0, re1 = w1 - hi1;  // exact
       if (gq == 0) {
-        const __nv_bfloat16 h0 = __float2bfloat16_rn(w0), h1 = __float2bfloat16_rn(w1);
-        alo[i] = TypeTraits<T>::pack(__bfloat162float(h0), __bfloat162float(h1));  // exact
-        ahi[i] = TypeTraits<T>::pack(w0 - __bfloat162float(h0), w1 - __bfloat162float(h1));
+        alo[i] = TypeTraits<T>::pack(hi0, hi1);  // exact
+        ahi[i] = TypeTraits<T>::pack(re0, re1);  // w_mid = bf16(w - w_hi)
       } else {
         alo[i] = vl ? *reinterpret_cast<const uint32_t*>(ql + d) : 0u;
-        ahi[i] = vh ? *reinterpret_cast<const uint32_t*>(qh + d) : 0u;
+        if (vh) {
+          ahi[i] = *reinterpret_cast<const uint32_t*>(qh + d);
+        } else if (gq == 2) {  // row 10: w_lo = w - w_hi - w_mid (exact in f32, then bf16)
+          const float mid0 = __bfloat162float(__float2bfloat16_rn(re0));
+          const float mid1 = __bfloat162float(__float2bfloat16_rn(re1));
+          ahi[i] = TypeTraits<T>::pack(re0 - mid0, re1 - mid1);
+        } else {
+          ahi[i] = 0u;
+        }
         const float2 fl = TypeTraits<T>::unpack(alo[i]), fh = TypeTraits<T>::unpack(ahi[i]);
         qwl += fl.x * w0 + fl.y * w1;
         qwh += fh.x * w0 + fh.y * w1;
@@ -230,13 +243,16 @@ __global__ void __launch_bounds__(kDecodeThreads, D == 64 ? 2 : 1) decode_split_
         }
       }
 
-      // a_j = beta w_t . c_j (rows 0 and 8 of S: lanes 0..3, columns 2 tq, 2 tq + 1), for the key row this lane
-      // carries (column gq) and for its two logit columns (2 tq, 2 tq + 1). Later passes read carried rows: a = 0.
+      // a_j = beta w_t . c_j (rows 0 and 8 of S: lanes 0..3, row 10: lanes 8..11; columns 2 tq, 2 tq + 1), for the
+      // key row this lane carries (column gq) and for its two logit columns (2 tq, 2 tq + 1). Only lanes 0..3's
+      // sums are read. Later passes read carried rows: a = 0.
       float ac[2] = {0.f, 0.f}, al[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
       if (carry && blk_new) {
 #pragma unroll
         for (int tau = 0; tau < 2; ++tau) {
-          const float x0 = s[tau][0] + s[tau][2], x1 = s[tau][1] + s[tau][3];
+          const float lo0 = __shfl_sync(0xffffffffu, s[tau][2], 8 + tq);
+          const float lo1 = __shfl_sync(0xffffffffu, s[tau][3], 8 + tq);
+          const float x0 = s[tau][0] + (s[tau][2] + lo0), x1 = s[tau][1] + (s[tau][3] + lo1);
           const float y0 = __shfl_sync(0xffffffffu, x0, gq >> 1), y1 = __shfl_sync(0xffffffffu, x1, gq >> 1);
           ac[tau] = beta * ((gq & 1) ? y1 : y0);
           al[tau][0] = beta * __shfl_sync(0xffffffffu, x0, tq);

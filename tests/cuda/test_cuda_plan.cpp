@@ -1,0 +1,36 @@
+// The host-side plan of the CUDA decode (src/cuda/plan.cu): how many splits along the cache a step gets. Pure host
+// arithmetic, so it runs without a GPU (label cpu). The numbers are the settings measured on the H200 (132 SMs,
+// docs/perf/results.md, twelfth session): one wave of splits for few (sequence, kv head) pairs, four waves else.
+#include <gtest/gtest.h>
+
+#include "cuda/plan.h"
+
+namespace pathattn::cuda {
+namespace {
+
+constexpr int kH200Sms = 132;
+
+TEST(CudaPlan, DecodeSplitsOneWaveForFewPairs) {
+  // B = 1, H = 8: 8 pairs <= 132 / 8, so one full wave of 2 x 132 blocks: 264 / 8 = 33 splits per pair, capped by
+  // the 128-row minimum at short caches (4096 / 128 = 32).
+  EXPECT_EQ(decode_splits(1, 8, 4096, kH200Sms), 32);
+  EXPECT_EQ(decode_splits(1, 8, 16384, kH200Sms), 33);
+  EXPECT_EQ(decode_splits(1, 8, 131072, kH200Sms), 33);
+  // B = 2, H = 8: 16 pairs, still one wave, rounded down so that no block waits for a second one (264 / 16 = 16.5).
+  EXPECT_EQ(decode_splits(2, 8, 16384, kH200Sms), 16);
+  // Few rows: never a split of under 128 rows, never fewer than one split.
+  EXPECT_EQ(decode_splits(1, 8, 1000, kH200Sms), 7);
+  EXPECT_EQ(decode_splits(1, 8, 5, kH200Sms), 1);
+}
+
+TEST(CudaPlan, DecodeSplitsFourWavesForManyPairs) {
+  // B = 8, H = 8: 64 pairs > 132 / 8: four waves, ceil(4 x 264 / 64) = 17 splits (one wave was 6-30% slower there).
+  EXPECT_EQ(decode_splits(8, 8, 16384, kH200Sms), 17);
+  // B = 3, H = 8: 24 pairs, just above the one-wave bound: ceil(1056 / 24) = 44.
+  EXPECT_EQ(decode_splits(3, 8, 16384, kH200Sms), 44);
+  // B = 64: ceil(1056 / 512) = 3.
+  EXPECT_EQ(decode_splits(64, 8, 131072, kH200Sms), 3);
+}
+
+}  // namespace
+}  // namespace pathattn::cuda
