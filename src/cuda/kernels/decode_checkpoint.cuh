@@ -86,6 +86,31 @@ __global__ void __launch_bounds__(kCarryThreads) decode_carry_kernel(const Decod
   }
 }
 
+// A refresh block's place, shared by both refresh kernels: (sequence b, kv head h, split) from blockIdx.x, and its
+// share [r0, r1) of the old rows [0, ckpt). ok is false (the block returns at once) unless this token is the P-th
+// pending one of a well-formed cache; the (b, 0, split 0) block moves ckpt[b] to t + 1 (the others read ckpt_snap).
+struct RefreshBlock {
+  bool ok;
+  int b, h, r0, r1;
+};
+__device__ __forceinline__ RefreshBlock decode_refresh_block(const DecodeParams& p) {
+  RefreshBlock rb{false, 0, 0, 0, 0};
+  const int ns = p.num_splits;
+  const int split = static_cast<int>(blockIdx.x % ns), bh = static_cast<int>(blockIdx.x / ns);
+  rb.h = bh % p.H;
+  rb.b = bh / p.H;
+  const int64_t before = p.len_snap[rb.b];  // saved by step 0's split kernel, which ran before this one
+  if (before < 0 || before + p.S > p.Tmax) return rb;
+  const int64_t t = before + p.step;
+  const int c = p.ckpt_snap[rb.b];
+  if (c < 0 || t + 1 - c != p.period) return rb;  // a broken cache, or not P tokens pending yet
+  if (rb.h == 0 && split == 0 && threadIdx.x == 0) p.ckpt[rb.b * p.sckpt] = static_cast<int32_t>(t + 1);
+  rb.r0 = static_cast<int>(static_cast<int64_t>(c) * split / ns);
+  rb.r1 = static_cast<int>(static_cast<int64_t>(c) * (split + 1) / ns);
+  rb.ok = true;
+  return rb;
+}
+
 // KC: the cache's key type (float or bf16).
 template <typename KC, int D>
 __global__ void __launch_bounds__(kCarryThreads) decode_refresh_kernel(const DecodeParams p) {
@@ -93,19 +118,12 @@ __global__ void __launch_bounds__(kCarryThreads) decode_refresh_kernel(const Dec
   extern __shared__ float smem_refresh[];
   float* sM = smem_refresh;          // [D][D]
   float* srow = sM + D * D;          // [kWarps][D]
-  const int ns = p.num_splits;
-  const int split = static_cast<int>(blockIdx.x % ns), bh = static_cast<int>(blockIdx.x / ns);
-  const int h = bh % p.H, b = bh / p.H, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t before = p.len_snap[b];  // saved by step 0's split kernel, which ran before this one
-  if (before < 0 || before + p.S > p.Tmax) return;
-  const int64_t t = before + p.step;
-  const int c = p.ckpt_snap[b];
-  if (c < 0 || t + 1 - c != p.period) return;  // a broken cache, or not P tokens pending yet
-  if (h == 0 && split == 0 && threadIdx.x == 0) p.ckpt[b * p.sckpt] = static_cast<int32_t>(t + 1);  // others read ckpt_snap
+  const RefreshBlock rb = decode_refresh_block(p);
+  if (!rb.ok) return;
+  const int b = rb.b, h = rb.h, r0 = rb.r0, r1 = rb.r1, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float* M = p.carry + (static_cast<int64_t>(b) * p.H + h) * D * D;
   for (int i = threadIdx.x; i < D * D; i += kCarryThreads) sM[i] = M[i];
   __syncthreads();
-  const int r0 = static_cast<int>(static_cast<int64_t>(c) * split / ns), r1 = static_cast<int>(static_cast<int64_t>(c) * (split + 1) / ns);
   KC* ck = static_cast<KC*>(p.ck) + b * p.sck.b + h * p.sck.h;
   for (int j = r0 + warp; j < r1; j += kWarps) {
     KC* row = ck + static_cast<int64_t>(j) * p.sck.t;

@@ -33,9 +33,6 @@ namespace pathattn::cuda {
 
 constexpr int kDecodeMmaHeads = 8;  // query heads per pass
 
-__device__ __forceinline__ uint32_t u4_word(const uint4& v, int i) {  // i known at compile time after unrolling
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));

@@ -11,6 +11,7 @@
 #include "cuda/kernels/decode.cuh"
 #include "cuda/kernels/decode_checkpoint.cuh"
 #include "cuda/kernels/decode_mma.cuh"
+#include "cuda/kernels/decode_refresh_mma.cuh"
 #include "cuda/launch/decode_launch.h"
 
 namespace pathattn::cuda {
@@ -36,12 +37,18 @@ inline bool decode_mma() {
   static const bool on = env_switch("PATHATTN_DECODE_MMA", true);
   return on;
 }
-// Its 16-byte row loads: the cache's pointers and strides (elements) must keep every row 16-byte aligned.
+// 16-byte row loads of a 16-bit cache tensor: its pointer and strides (elements) keep every row 16-byte aligned.
+inline bool rows_16b_aligned(const void* ptr, const Strides& s) {
+  return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s.b % 8 == 0 && s.t % 8 == 0 && s.h % 8 == 0;
+}
 inline bool decode_mma_fits(const DecodeParams& p) {
-  auto ok = [](const void* ptr, const Strides& s) {
-    return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s.b % 8 == 0 && s.t % 8 == 0 && s.h % 8 == 0;
-  };
-  return p.ck_bf16 && p.cv_low && ok(p.ck, p.sck) && ok(p.cv, p.scv);
+  return p.ck_bf16 && p.cv_low && rows_16b_aligned(p.ck, p.sck) && rows_16b_aligned(p.cv, p.scv);
+}
+// The checkpointed cache's refresh on tensor cores for bf16 keys (kernels/decode_refresh_mma.cuh): opt-in,
+// PATHATTN_DECODE_REFRESH_MMA=1, until it has run on the GPU (written in the twelfth session).
+inline bool decode_refresh_mma() {
+  static const bool on = env_switch("PATHATTN_DECODE_REFRESH_MMA", false);
+  return on;
 }
 
 // The split kernel's instance for the cache's key and value types (f32 / bf16 keys, f32 / T values).
@@ -67,13 +74,22 @@ void launch_decode_steps(const DecodeParams& p, int S, cudaStream_t stream) {
     if (decode_prefetch()) split = split_kernel_for<T, D, kG, false, true>(p);
   if constexpr (std::is_same_v<T, __nv_bfloat16>)
     if (decode_mma() && decode_mma_fits(p)) split = decode_split_mma_kernel<D, kCkpt>;
-  void (*refresh)(const DecodeParams) = p.ck_bf16 ? decode_refresh_kernel<__nv_bfloat16, D> : decode_refresh_kernel<float, D>;
-  constexpr int kRefreshSmem = decode_refresh_smem_bytes<D>();
+  void (*refresh)(const DecodeParams) = nullptr;
+  int refresh_smem = 0;
   if constexpr (kCkpt) {
+    refresh = p.ck_bf16 ? decode_refresh_kernel<__nv_bfloat16, D> : decode_refresh_kernel<float, D>;
+    refresh_smem = decode_refresh_smem_bytes<D>();
+    if (p.ck_bf16 && decode_refresh_mma() && rows_16b_aligned(p.ck, p.sck)) {
+      refresh = decode_refresh_mma_kernel<D>;
+      refresh_smem = decode_refresh_mma_smem_bytes<D>();
+    }
     // Once per instance, on the first (eager) call: a CUDA-graph capture of a later step must not meet it.
-    static const bool sized = [&] {
+    static const bool sized = [] {
+      constexpr int kSmem = decode_refresh_smem_bytes<D>(), kSmemMma = decode_refresh_mma_smem_bytes<D>();
       for (auto* f : {decode_refresh_kernel<__nv_bfloat16, D>, decode_refresh_kernel<float, D>})
-        CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kRefreshSmem));
+        CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+      CUDA_CHECK(
+          cudaFuncSetAttribute(decode_refresh_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemMma));
       return true;
     }();
     (void)sized;
@@ -89,7 +105,7 @@ void launch_decode_steps(const DecodeParams& p, int S, cudaStream_t stream) {
     decode_combine_kernel<T, D><<<combine_blocks, kCombineThreads, 0, stream>>>(prm);
     CUDA_CHECK_LAUNCH("decode_combine_kernel");
     if constexpr (kCkpt) {
-      refresh<<<split_blocks, kCarryThreads, kRefreshSmem, stream>>>(prm);
+      refresh<<<split_blocks, kCarryThreads, refresh_smem, stream>>>(prm);
       CUDA_CHECK_LAUNCH("decode_refresh_kernel");
     }
   }
