@@ -7,6 +7,10 @@ sequence, no gate.
   Bytes it must move: B L H D x 12 (k read + written, v read, f32).
 * ours bf16: the same op on a bf16 cache (k rounded at every carry: bench/cuda/decode_drift.py measures what
   that costs in accuracy; v exact): B L H D x 6 bytes.
+* ours ckpt: the same op on the checkpointed bf16 cache with period 64 (docs/spec.md §4, docs/cuda.md "Decode"):
+  old rows read with the carried-back query, not rewritten, all carried once every 64 tokens: B L H D x (4 + 4 / 64)
+  bytes per step on average. Its time is the mean over 128 consecutive steps (two refreshes), not a median, so that
+  the refresh counts.
 * fla: what fla's PaTHAttention layer does per decoding step (fla/layers/path_attn.py at bc3b101): the rank-one
   update k - beta (k . w) w of the whole bf16 cache as one torch.compile'd elementwise function (as fla compiles
   it), torch.cat of the cache with the new key and value (a new copy of both every step), then fla's
@@ -77,6 +81,34 @@ def bench_ours_bf16(B, L, H, HQ, D, iters, gen):
     return bench_ours(B, L, H, HQ, D, iters, gen, torch.bfloat16)
 
 
+def bench_ours_ckpt(B, L, H, HQ, D, iters, gen, period=64):
+    """The checkpointed bf16 cache: the mean step over 2 periods (after 5 warm-up steps), refreshes included."""
+    import pathattn  # noqa: F401
+
+    steps = 2 * period
+    Tmax = L + steps + 16
+    ck = torch.randn(B, Tmax, H, D, device="cuda", generator=gen)
+    ck = (ck / ck.norm(dim=-1, keepdim=True)).to(torch.bfloat16)
+    cv = torch.randn(B, Tmax, H, D, device="cuda", generator=gen).to(torch.bfloat16)
+    lengths = torch.full((B,), L, dtype=torch.int32, device="cuda")
+    ckpt = torch.full((B,), L, dtype=torch.int32, device="cuda")  # nothing pending: the prefill's state
+    carry = torch.eye(D, device="cuda").expand(B, H, D, D).contiguous()
+    q, k, v, w, beta = new_token(B, H, HQ, D, gen)
+    step = lambda: torch.ops.pathattn.decode(q, k, v, w, beta, None, None, ck, cv, None, lengths, ckpt, carry,  # noqa: E731
+                                             period)
+    for _ in range(5):
+        step()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(steps):
+        step()
+    b.record()
+    b.synchronize()
+    o, _ = step()
+    assert torch.isfinite(o).all(), "ours ckpt: non-finite output"
+    return a.elapsed_time(b) * 1e3 / steps
+
+
 def bench_fla(B, L, H, HQ, D, iters, gen):
     from fla.ops.attn.decoding import attn_decoding_one_step
 
@@ -129,12 +161,12 @@ def main():
             print(f"# fla not importable ({e}): its column is left out")
             have_fla = False
 
-    head = ["D", "B", "L", "ours us", "ours TB/s", "% of copy", "bf16 us", "bf16 %", "fla us", "SDPA us",
-            "fla / ours", "ours / SDPA", "bf16 / SDPA"]
+    head = ["D", "B", "L", "ours us", "ours TB/s", "% of copy", "bf16 us", "bf16 %", "ckpt us", "ckpt %", "fla us",
+            "SDPA us", "fla / ours", "ours / SDPA", "bf16 / SDPA", "ckpt / SDPA"]
     rows, t0 = [], time.time()
     print(f"# bench_decode.py on {torch.cuda.get_device_name()}, torch {torch.__version__}; H = {args.H}, "
-          f"HQ = {args.HQ}, bf16 q/k/v, ours f32 cache (bf16: k and v bf16), fla and SDPA bf16 caches; median of "
-          f"{args.iters} steps")
+          f"HQ = {args.HQ}, bf16 q/k/v, ours f32 cache (bf16: k and v bf16; ckpt: bf16, checkpointed, period 64), "
+          f"fla and SDPA bf16 caches; median of {args.iters} steps (ckpt: mean of 128)")
     print("  ".join(f"{h:>10}" for h in head))
     for D in args.D:
         for L in args.L:
@@ -145,8 +177,8 @@ def main():
                     continue
                 gen = torch.Generator(device="cuda").manual_seed(0)
                 cells = {}
-                for name, fn in (("ours", bench_ours), ("bf16", bench_ours_bf16), ("fla", bench_fla),
-                                 ("sdpa", bench_sdpa)):
+                for name, fn in (("ours", bench_ours), ("bf16", bench_ours_bf16), ("ckpt", bench_ours_ckpt),
+                                 ("fla", bench_fla), ("sdpa", bench_sdpa)):
                     if name == "fla" and not have_fla:
                         cells[name] = None
                         continue
@@ -156,14 +188,16 @@ def main():
                         print(f"  {name} D {D} B {B} L {L}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
                         cells[name] = None
                     torch.cuda.empty_cache()
-                ours, b16, fla_us, sdpa = cells["ours"], cells["bf16"], cells["fla"], cells["sdpa"]
+                ours, b16, ckp = cells["ours"], cells["bf16"], cells["ckpt"]
+                fla_us, sdpa = cells["fla"], cells["sdpa"]
                 tbps = B * L * args.H * D * 12 / (ours * 1e-6) / 1e12 if ours else None
                 tb16 = B * L * args.H * D * 6 / (b16 * 1e-6) / 1e12 if b16 else None
+                tckp = B * L * args.H * D * (4 + 4 / 64) / (ckp * 1e-6) / 1e12 if ckp else None
                 f = lambda x, p=1: "-" if x is None else f"{x:.{p}f}"  # noqa: E731
                 ratio = lambda a, b: "-" if a is None or b is None else f"{a / b:.2f}x"  # noqa: E731
                 row = [str(D), str(B), str(L), f(ours), f(tbps, 2), f(tbps and 100 * tbps / COPY_TBPS, 0), f(b16),
-                       f(tb16 and 100 * tb16 / COPY_TBPS, 0), f(fla_us), f(sdpa), ratio(fla_us, ours),
-                       ratio(ours, sdpa), ratio(b16, sdpa)]
+                       f(tb16 and 100 * tb16 / COPY_TBPS, 0), f(ckp), f(tckp and 100 * tckp / COPY_TBPS, 0),
+                       f(fla_us), f(sdpa), ratio(fla_us, ours), ratio(ours, sdpa), ratio(b16, sdpa), ratio(ckp, sdpa)]
                 rows.append(row)
                 print("  ".join(f"{c:>10}" for c in row), flush=True)
     if args.md:
