@@ -138,6 +138,7 @@ LoadedCheckpoint load_checkpoint(const std::string& path, torch::Device dev) {
   const fs::path cfg = fs::path(r.info.dir) / kConfig, weights = fs::path(r.info.dir) / kModel;
   try {
     r.info.config.validate();
+    if (dev.is_cuda()) r.info.config.validate_on_cuda();
   } catch (const std::invalid_argument& e) {
     fail(cfg.string() + ": " + e.what());
   }

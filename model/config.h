@@ -79,6 +79,19 @@ struct ModelConfig {
     if (mechanism == Mechanism::rope && head_dim() % 2 != 0)
       throw std::invalid_argument("rope needs an even head dimension, got " + std::to_string(head_dim()));
   }
+  // On a CUDA device PaTH runs on the CUDA kernels, which take head dimensions 64 and 128 only (docs/cuda.md):
+  // checked where a model meets the device (train, load_checkpoint), so that the error names the model's sizes
+  // rather than surfacing from the op at the first step.
+  void validate_on_cuda() const {
+    const bool path = mechanism == Mechanism::path || mechanism == Mechanism::path_fox;
+    const int64_t hd = head_dim();
+    if (path && hd != 64 && hd != 128)
+      throw std::invalid_argument(
+          std::string(mechanism_name(mechanism)) +
+          " on cuda: the CUDA kernels take a head dimension (width / heads) of 64 or 128, got width " +
+          std::to_string(d_model) + " / " + std::to_string(n_head) + " heads = " + std::to_string(hd) +
+          " (e.g. width " + std::to_string(64 * n_head) + "; or --device cpu)");
+  }
 };
 
 }  // namespace pathattn::model

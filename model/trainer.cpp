@@ -212,6 +212,7 @@ TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, 
   if (cfg.stop_seq_error >= 0 && task.language_model())
     throw std::invalid_argument("stop_seq_error: expected -1 (off) for a language model (task " + task.name() +
                                 "), whose windows have no sequence error");
+  if (cfg.device.is_cuda()) model->config().validate_on_cuda();
   model->to(cfg.device);
   model->train();
   torch::optim::AdamW opt(model->parameters(), adamw_options(cfg));

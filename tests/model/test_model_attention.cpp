@@ -127,3 +127,30 @@ TEST(ModelAttention, BadHeadCountsAreRejected) {
   auto c = layer_config(Mechanism::path, 3);  // 4 query heads, 3 kv heads
   EXPECT_THROW(c.validate(), std::invalid_argument);
 }
+
+// PaTH on cuda: head dimensions 64 and 128 only (the CUDA kernels'), named by the model's sizes; the other
+// mechanisms (SDPA, FoX's attention in torch) and the CPU take any.
+TEST(ModelAttention, CudaHeadDimensionsAreCheckedByName) {
+  ModelConfig c;
+  c.vocab = 5;
+  c.n_head = 2;
+  for (Mechanism m : {Mechanism::path, Mechanism::path_fox}) {
+    c.mechanism = m;
+    c.d_model = 64;  // D = 32: the demo's CPU model
+    try {
+      c.validate_on_cuda();
+      ADD_FAILURE() << mechanism_name(m) << " with D = 32 passed";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("width 64 / 2 heads = 32"), std::string::npos) << e.what();
+    }
+    for (int64_t width : {128, 256}) {  // D = 64, 128
+      c.d_model = width;
+      EXPECT_NO_THROW(c.validate_on_cuda()) << mechanism_name(m) << " width " << width;
+    }
+  }
+  c.d_model = 64;
+  for (Mechanism m : {Mechanism::rope, Mechanism::fox, Mechanism::nope}) {
+    c.mechanism = m;
+    EXPECT_NO_THROW(c.validate_on_cuda()) << mechanism_name(m);
+  }
+}
