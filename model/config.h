@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "pathattn/pathattn.h"  // cuda_head_dim_supported
+
 namespace pathattn::model {
 
 enum class Mechanism { path, path_fox, rope, fox, nope };
@@ -79,13 +81,14 @@ struct ModelConfig {
     if (mechanism == Mechanism::rope && head_dim() % 2 != 0)
       throw std::invalid_argument("rope needs an even head dimension, got " + std::to_string(head_dim()));
   }
-  // On a CUDA device PaTH runs on the CUDA kernels, which take head dimensions 64 and 128 only (docs/cuda.md):
+  // On a CUDA device PaTH runs on the CUDA kernels, which take head dimensions 64 and 128 only (the core's
+  // cuda_head_dim_supported, the rule of its supports()):
   // checked where a model meets the device (train, load_checkpoint), so that the error names the model's sizes
   // rather than surfacing from the op at the first step.
   void validate_on_cuda() const {
     const bool path = mechanism == Mechanism::path || mechanism == Mechanism::path_fox;
     const int64_t hd = head_dim();
-    if (path && hd != 64 && hd != 128)
+    if (path && !cuda_head_dim_supported(hd))
       throw std::invalid_argument(
           std::string(mechanism_name(mechanism)) +
           " on cuda: the CUDA kernels take a head dimension (width / heads) of 64 or 128, got width " +

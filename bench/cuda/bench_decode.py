@@ -61,14 +61,18 @@ def new_token(B, H, HQ, D, gen):
     return q, k, v, w, beta
 
 
+def ours_cache(B, L, H, D, Tmax, gen, dtype):
+    """A cache k, v [B, Tmax, H, D] of L tokens per sequence (unit-norm keys) and its lengths, on the device."""
+    ck = torch.randn(B, Tmax, H, D, device="cuda", generator=gen)
+    ck = (ck / ck.norm(dim=-1, keepdim=True)).to(dtype)
+    cv = torch.randn(B, Tmax, H, D, device="cuda", generator=gen).to(dtype)
+    return ck, cv, torch.full((B,), L, dtype=torch.int32, device="cuda")
+
+
 def bench_ours(B, L, H, HQ, D, iters, gen, cache_dtype=torch.float32):
     import pathattn  # noqa: F401  (registers torch.ops.pathattn)
 
-    Tmax = L + iters + 8
-    ck = torch.randn(B, Tmax, H, D, device="cuda", generator=gen)
-    ck = (ck / ck.norm(dim=-1, keepdim=True)).to(cache_dtype)
-    cv = torch.randn(B, Tmax, H, D, device="cuda", generator=gen).to(cache_dtype)
-    lengths = torch.full((B,), L, dtype=torch.int32, device="cuda")
+    ck, cv, lengths = ours_cache(B, L, H, D, L + iters + 8, gen, cache_dtype)
     q, k, v, w, beta = new_token(B, H, HQ, D, gen)
     step = lambda: torch.ops.pathattn.decode(q, k, v, w, beta, None, None, ck, cv, None, lengths)  # noqa: E731
     us = time_us(step, iters)
@@ -86,16 +90,12 @@ def bench_ours_ckpt(B, L, H, HQ, D, iters, gen, period=64):
     import pathattn  # noqa: F401
 
     steps = 2 * period
-    Tmax = L + steps + 16
-    ck = torch.randn(B, Tmax, H, D, device="cuda", generator=gen)
-    ck = (ck / ck.norm(dim=-1, keepdim=True)).to(torch.bfloat16)
-    cv = torch.randn(B, Tmax, H, D, device="cuda", generator=gen).to(torch.bfloat16)
-    lengths = torch.full((B,), L, dtype=torch.int32, device="cuda")
-    ckpt = torch.full((B,), L, dtype=torch.int32, device="cuda")  # nothing pending: the prefill's state
+    ck, cv, lengths = ours_cache(B, L, H, D, L + steps + 16, gen, torch.bfloat16)
+    ckpt = lengths.clone()  # nothing pending: the prefill's state
     carry = torch.eye(D, device="cuda").expand(B, H, D, D).contiguous()
     q, k, v, w, beta = new_token(B, H, HQ, D, gen)
-    step = lambda: torch.ops.pathattn.decode(q, k, v, w, beta, None, None, ck, cv, None, lengths, ckpt, carry,  # noqa: E731
-                                             period)
+    cache = (ck, cv, None, lengths, ckpt, carry, period)
+    step = lambda: torch.ops.pathattn.decode(q, k, v, w, beta, None, None, *cache)  # noqa: E731
     for _ in range(5):
         step()
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

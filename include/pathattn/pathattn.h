@@ -146,6 +146,9 @@ void check_inputs(const Inputs& in);
 enum class Op { forward, backward, decode };
 const char* op_name(Op op);
 
+// The head dimensions the CUDA kernels take (with DV == D; supports() gives the full rule). The CPU paths take any.
+constexpr bool cuda_head_dim_supported(int64_t D) { return D == 64 || D == 128; }
+
 // Whether `backend` can run `op` on this case, and if not, why (dtype, head dimension, device, an operation the
 // backend does not implement...).
 Support supports(const Inputs& in, Backend backend, Op op);

@@ -172,7 +172,7 @@ void fill_shared(FwdParams& prm, const Workspace& ws, const SharedBuffers& b, co
 
 Support supports(const Problem& p, const Inputs& in, bool /*backward: same support as the forward*/) {
   if (p.device != Device::cuda) return no("the cuda backend runs on CUDA tensors only");
-  if (p.D != 64 && p.D != 128)
+  if (!cuda_head_dim_supported(p.D))
     return no("the CUDA kernels support head dimension D = 64 or 128, got D = " + std::to_string(p.D));
   if (p.DV != p.D)
     return no("the CUDA kernels need DV == D, got D = " + std::to_string(p.D) + ", DV = " + std::to_string(p.DV));

@@ -385,10 +385,10 @@ std::vector<DecodeCase> cases() {
   c.push_back({.H = 1, .HQ = 2, .D = 128, .gate = true, .prompt = {40}, .steps = 300, .k_bf16 = true, .seed = 13});
   // 16-bit keys and values (the tensor-core kernel for bf16, kernels/decode_mma.cuh, by default, and the split
   // kernel's prefetching instances, kernels/decode.cuh, for f16 and with PATHATTN_DECODE_MMA=0; tools/gpu_check.sh
-  // decode runs this binary both ways): no GQA (kG = 1) at D 128 over lengths that are not multiples of a block's rows, a group
-  // of 16 (two passes of 8, the second rereading the rows the first carried), a group of 8 at D 128 (every head row
-  // of the tensor-core kernel's pass) with the gate over 200 steps from lengths 0 and 1, and a group of 3 (masked
-  // head rows) with beta near 2.
+  // decode runs this binary both ways): no GQA (kG = 1) at D 128 over lengths that are not multiples of a block's
+  // rows, a group of 16 (two passes of 8, the second rereading the rows the first carried), a group of 8 at D 128
+  // (every head row of the tensor-core kernel's pass) with the gate over 200 steps from lengths 0 and 1, and a group
+  // of 3 (masked head rows) with beta near 2.
   c.push_back({.H = 2, .HQ = 2, .D = 128, .prompt = {300, 5, 129}, .steps = 20, .k_bf16 = true, .v_low = true,
                .seed = 18});
   c.push_back({.H = 1, .HQ = 16, .D = 64, .gate = true, .prompt = {20, 0, 257}, .steps = 20, .beta = BD::high,

@@ -58,6 +58,19 @@ __device__ __forceinline__ void mma16816<__half>(float (&d)[4], const uint32_t (
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// x = hi + mid + lo, hi and mid bf16 values, each remainder exact in f32 (lo is rounded once more where it is packed
+// to bf16): three bf16 operands whose f32-accumulated products with a bf16 operand reproduce an f32 one's to f32
+// accuracy (docs/math.md Eq. 42; the tensor-core decode and refresh kernels).
+struct Bf16Parts {
+  float hi, mid, lo;
+};
+__device__ __forceinline__ Bf16Parts bf16_split3(float x) {
+  const float hi = __bfloat162float(__float2bfloat16_rn(x));
+  const float rest = x - hi;
+  const float mid = __bfloat162float(__float2bfloat16_rn(rest));
+  return {hi, mid, rest - mid};
+}
+
 // Word i of a 16-byte vector (i known at compile time after unrolling).
 __device__ __forceinline__ uint32_t u4_word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;

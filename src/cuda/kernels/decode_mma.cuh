@@ -101,26 +101,20 @@ __global__ void __launch_bounds__(kDecodeThreads, D == 64 ? 2 : 1) decode_split_
     for (int i = 0; i < kKW; ++i) {
       const int d = d0 + 2 * i;
       const float w0 = sm_w[d], w1 = sm_w[d + 1];
-      // w = w_hi + w_mid + w_lo exactly (each remainder is exact in f32): a_j as accurate as an f32 dot product,
-      // since the key is bf16 and every product is exact. Two parts (16 bits) left a_j's error at ~2^-17, which
-      // over hundreds of carries moved a bf16 cache 4-5x farther from the CPU decode's than the team kernel does
-      // (the same distance from f64; twelfth session, docs/perf/notes.md).
-      const float hi0 = __bfloat162float(__float2bfloat16_rn(w0)), hi1 = __bfloat162float(__float2bfloat16_rn(w1));
-      const float re0 = w0 - hi0, re1 = w1 - hi1;  // exact
+      // w = w_hi + w_mid + w_lo (bf16_split3): a_j as accurate as an f32 dot product, since the key is bf16 and
+      // every product is exact. Two parts (16 bits) left a_j's error at ~2^-17, which over tens to hundreds of
+      // carries put a bf16 cache 4-9x farther from the CPU decode's than the team kernel does (no farther from f64;
+      // twelfth session, docs/perf/notes.md).
+      const Bf16Parts w0p = bf16_split3(w0), w1p = bf16_split3(w1);
       if (gq == 0) {
-        alo[i] = TypeTraits<T>::pack(hi0, hi1);  // exact
-        ahi[i] = TypeTraits<T>::pack(re0, re1);  // w_mid = bf16(w - w_hi)
+        alo[i] = TypeTraits<T>::pack(w0p.hi, w1p.hi);  // exact
+        ahi[i] = TypeTraits<T>::pack(w0p.mid, w1p.mid);  // exact
       } else {
         alo[i] = vl ? *reinterpret_cast<const uint32_t*>(ql + d) : 0u;
-        if (vh) {
+        if (vh)
           ahi[i] = *reinterpret_cast<const uint32_t*>(qh + d);
-        } else if (gq == 2) {  // row 10: w_lo = w - w_hi - w_mid (exact in f32, then bf16)
-          const float mid0 = __bfloat162float(__float2bfloat16_rn(re0));
-          const float mid1 = __bfloat162float(__float2bfloat16_rn(re1));
-          ahi[i] = TypeTraits<T>::pack(re0 - mid0, re1 - mid1);
-        } else {
-          ahi[i] = 0u;
-        }
+        else  // row 10: w_lo; rows 9 (kCkpt) and 11..15: zero
+          ahi[i] = gq == 2 ? TypeTraits<T>::pack(w0p.lo, w1p.lo) : 0u;
         const float2 fl = TypeTraits<T>::unpack(alo[i]), fh = TypeTraits<T>::unpack(ahi[i]);
         qwl += fl.x * w0 + fl.y * w1;
         qwh += fh.x * w0 + fh.y * w1;

@@ -6,8 +6,8 @@
 // work per 1 GB of rows, so the rows' bytes bound it.
 //
 //   out = C M,  C: 16 cached rows x D (bf16, as stored; A operand),  M: D x D in f32 as the sum of three bf16 parts
-//   M_hi + M_mid + M_lo (each remainder exact in f32), so that out is the f32 product up to the order of the sums
-//   (every bf16 x bf16 product is exact); rounded once to bf16 and stored in place.
+//   M_hi + M_mid + M_lo (bf16_split3, kernels/common.cuh), so that out is the f32 product up to the order of the
+//   sums (every bf16 x bf16 product is exact); rounded once to bf16 and stored in place.
 //
 // Layout: one warp per 16 rows (rows base + gq and base + gq + 8 of lane 4 gq + tq), the 8 warps interleaved over the
 // block's rows. The order of d inside the product is free as long as A and B agree: logical k of k-step ks maps to
@@ -50,22 +50,15 @@ __global__ void __launch_bounds__(kCarryThreads) decode_refresh_mma_kernel(const
   for (int i = threadIdx.x; i < kFrags; i += kCarryThreads) {
     const int gq = i % 8, tq = (i / 8) % 4, nt = (i / 32) % kNT, ks = i / (32 * kNT);
     const int e = 8 * nt + gq, d = kKC * tq + 4 * ks;
-    float x[4], mid[4];
+    Bf16Parts x[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x[j] = bf16_split3(M[(d + j) * D + e]);
     uint32_t part[kRefreshMmaParts][2];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) x[j] = M[(d + j) * D + e];
-    float hi[4], rest[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      hi[j] = __bfloat162float(__float2bfloat16_rn(x[j]));
-      rest[j] = x[j] - hi[j];  // exact
-      mid[j] = __bfloat162float(__float2bfloat16_rn(rest[j]));
-    }
-#pragma unroll
     for (int w = 0; w < 2; ++w) {
-      part[0][w] = TypeTraits<T>::pack(hi[2 * w], hi[2 * w + 1]);
-      part[1][w] = TypeTraits<T>::pack(mid[2 * w], mid[2 * w + 1]);
-      part[2][w] = TypeTraits<T>::pack(rest[2 * w] - mid[2 * w], rest[2 * w + 1] - mid[2 * w + 1]);
+      part[0][w] = TypeTraits<T>::pack(x[2 * w].hi, x[2 * w + 1].hi);
+      part[1][w] = TypeTraits<T>::pack(x[2 * w].mid, x[2 * w + 1].mid);
+      part[2][w] = TypeTraits<T>::pack(x[2 * w].lo, x[2 * w + 1].lo);
     }
     const int slot = (ks * kNT + nt) * 32 + 4 * gq + tq;
 #pragma unroll
