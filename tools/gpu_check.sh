@@ -9,8 +9,8 @@
 #   decode: the CUDA decode alone: its gpu tests, memcheck + racecheck on small cases, the tests again with the plain
 #          split instances (PATHATTN_DECODE_PREFETCH=0) and with the team kernel for bf16 caches instead of the
 #          tensor-core one (PATHATTN_DECODE_MMA=0, its sanitizers too), bench_decode_cuda (plain f32 and bf16
-#          caches, bf16 on the team kernel, the bf16 checkpointed cache on both and with the refresh on tensor
-#          cores (PATHATTN_DECODE_REFRESH_MMA=1, tested and sanitized too), B = 1 split settings, then the
+#          caches, bf16 on the team kernel, the bf16 checkpointed cache on both and with the refresh on the CUDA
+#          cores (PATHATTN_DECODE_REFRESH_MMA=0, tested and sanitized too), B = 1 split settings, then the
 #          f32 checkpointed cache with period DECODE_CKPT_PERIOD, default 64; DECODE_SKIP_CKPT=1 skips it;
 #          DECODE_SAN_FILTER: the sanitizers' gtest filter)
 #   ncu:   the gpu tests, then Nsight Compute on one 32 x 4096 (H 32, D 64) forward: each kernel once
@@ -182,13 +182,14 @@ if [ "$MODE" = decode ]; then
   note "decode gpu tests, PATHATTN_DECODE_MMA=0: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_decode_team.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
   grep -E "^\[  FAILED  \]|ratio to bound [1-9]" "$OUT/tests_decode_team.log" | head -20 | tee -a "$SUMMARY"
   PATHATTN_DECODE_MMA=0 sanitize decode_team build-gpu/tests/cuda/test_cuda_decode '*bf16*kbf16_vlow:*bf16*kbf16_vlow_ckpt*:CudaDecode.*' 300
-  # The checkpointed cache's refresh on tensor cores for bf16 keys (opt-in, kernels/decode_refresh_mma.cuh): the
-  # same tests (its three bf16-key checkpointed cases refresh 2-4 times each), the sanitizers on the checkpointed cases.
+  # The checkpointed cache's refresh on the CUDA cores for bf16 keys (PATHATTN_DECODE_REFRESH_MMA=0; the tensor-core
+  # refresh, kernels/decode_refresh_mma.cuh, is the default): the same tests (its three bf16-key checkpointed cases
+  # refresh 2-4 times each), the sanitizers on the checkpointed cases.
   t0=$(date +%s)
-  PATHATTN_DECODE_REFRESH_MMA=1 build-gpu/tests/cuda/test_cuda_decode > "$OUT/tests_decode_refresh_mma.log" 2>&1
-  note "decode gpu tests, PATHATTN_DECODE_REFRESH_MMA=1: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_decode_refresh_mma.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
-  grep -E "^\[  FAILED  \]|ratio to bound [1-9]" "$OUT/tests_decode_refresh_mma.log" | head -20 | tee -a "$SUMMARY"
-  PATHATTN_DECODE_REFRESH_MMA=1 sanitize decode_refresh_mma build-gpu/tests/cuda/test_cuda_decode '*ckpt*' 300
+  PATHATTN_DECODE_REFRESH_MMA=0 build-gpu/tests/cuda/test_cuda_decode > "$OUT/tests_decode_refresh_cores.log" 2>&1
+  note "decode gpu tests, PATHATTN_DECODE_REFRESH_MMA=0: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_decode_refresh_cores.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
+  grep -E "^\[  FAILED  \]|ratio to bound [1-9]" "$OUT/tests_decode_refresh_cores.log" | head -20 | tee -a "$SUMMARY"
+  PATHATTN_DECODE_REFRESH_MMA=0 sanitize decode_refresh_cores build-gpu/tests/cuda/test_cuda_decode '*ckpt*' 300
   t0=$(date +%s)
   timeout 300 build-gpu/bench/cuda/bench_decode_cuda > "$OUT/bench_decode.log" 2>&1
   note "bench_decode_cuda: rc=$? ($(( $(date +%s) - t0 )) s)"
@@ -201,7 +202,7 @@ if [ "$MODE" = decode ]; then
     tee -a "$SUMMARY" < "$OUT/bench_decode_bf16_mma$mma.log"
   done
   # The checkpointed bf16 cache (period 64): the team kernel, the tensor-core kernel's kCkpt instances, then those
-  # with the refresh on tensor cores (PATHATTN_DECODE_REFRESH_MMA=1).
+  # with the refresh on tensor cores (PATHATTN_DECODE_REFRESH_MMA=1, the default).
   for sel in "0 0" "1 0" "1 1"; do
     read -r mma rmma <<< "$sel"
     t0=$(date +%s)
