@@ -25,8 +25,9 @@
 #          (a ~100M-parameter PaTH vs RoPE training step); SKIP_TRAIN_BENCH=1 stops after the tests; PYTEST_ARGS
 #          picks the tests (default tests/python); DECODE_BENCH=1 also runs bench/cuda/bench_decode.py (ours, fla,
 #          SDPA decode steps), DECODE_DRIFT=1 bench/cuda/decode_drift.py (f32 vs bf16 cache over 10,000 steps)
-#   fwd128: the D = 128 forward (wgmma, the default): test_cuda_forward, memcheck on its D = 128 cases, racecheck on
-#          a few small ones, bench_fwd --only 128 with the older mma.sync kernel (PATHATTN_FWD128=mma) and the default
+#   fwd128: the D = 128 forward (wgmma, the default, and its one-E-slot instances, PATHATTN_FWD128=onee):
+#          test_cuda_forward, memcheck on its D = 128 cases, racecheck on a few small ones, with each; bench_fwd
+#          --only 128 with the older mma.sync kernel (PATHATTN_FWD128=mma), the default and onee
 #   bulk:  the backward's two ways of adding dQ^ / dP (bulk reductions, the fast mode's default, and float4 atomics,
 #          the deterministic mode's): test_cuda_backward with each forced in both modes (PATHATTN_BWD_BULK=1 / 0),
 #          memcheck + racecheck on small cases with the bulk one, then bench_fwd --bwd --only 64 with each (stages)
@@ -230,21 +231,24 @@ if [ "$MODE" = decode ]; then
   }
 fi
 if [ "$MODE" = fwd128 ]; then
-  # The D = 128 forward on wgmma: the forward tests (all of them), memcheck on the D = 128 cases, racecheck on a few
-  # small ones (all D = 128 cases take racecheck over 300 s), then bench_fwd at D = 128 with the mma.sync kernel and
-  # the default, in one run.
-  t0=$(date +%s)
-  timeout 400 build-gpu/tests/cuda/test_cuda_forward > "$OUT/tests_fwd128.log" 2>&1
-  note "test_cuda_forward: rc=$?, $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/tests_fwd128.log" | tr '\n' ' ')($(( $(date +%s) - t0 )) s)"
-  grep -E '^\[  FAILED  \]' "$OUT/tests_fwd128.log" | head -20 | tee -a "$SUMMARY"
-  for tool in memcheck racecheck; do
-    filter='*D128*'; [ $tool = racecheck ] && filter='*T65_H2_HQ2_D128*:*T65_H1_HQ4_D128*gate*:*T331_H2_HQ4_D128*varlen7*'
+  # The D = 128 forward on wgmma: the forward tests (all of them) with the default kernel and with the one-E-slot
+  # instances (PATHATTN_FWD128=onee: two CTAs per SM), memcheck on the D = 128 cases, racecheck on a few small ones
+  # (all D = 128 cases take racecheck over 300 s) with each, then bench_fwd at D = 128 with the mma.sync kernel, the
+  # default and the one-E-slot one, in one run. FWD128_KERNELS picks the kernels tested (default "wgmma onee").
+  for k in ${FWD128_KERNELS:-wgmma onee}; do
     t0=$(date +%s)
-    timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/cuda/test_cuda_forward \
-      --gtest_filter="$filter" > "$OUT/sanitizer_fwd128_$tool.log" 2>&1
-    note "compute-sanitizer $tool (D 128): rc=$?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_fwd128_$tool.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+    PATHATTN_FWD128=$k timeout 400 build-gpu/tests/cuda/test_cuda_forward > "$OUT/tests_fwd128_$k.log" 2>&1
+    note "test_cuda_forward, PATHATTN_FWD128=$k: rc=$?, $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/tests_fwd128_$k.log" | tr '\n' ' ')($(( $(date +%s) - t0 )) s)"
+    grep -E '^\[  FAILED  \]' "$OUT/tests_fwd128_$k.log" | head -20 | tee -a "$SUMMARY"
+    for tool in memcheck racecheck; do
+      filter='*D128*'; [ $tool = racecheck ] && filter='*T65_H2_HQ2_D128*:*T65_H1_HQ4_D128*gate*:*T331_H2_HQ4_D128*varlen7*'
+      t0=$(date +%s)
+      PATHATTN_FWD128=$k timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/cuda/test_cuda_forward \
+        --gtest_filter="$filter" > "$OUT/sanitizer_fwd128_${k}_$tool.log" 2>&1
+      note "compute-sanitizer $tool (D 128, $k): rc=$?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_fwd128_${k}_$tool.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+    done
   done
-  for k in mma wgmma; do
+  for k in mma wgmma onee; do
     PATHATTN_FWD128=$k timeout 200 build-gpu/bench/cuda/bench_fwd --only 128 > "$OUT/bench_fwd128_$k.log" 2>&1
     note "bench_fwd --only 128, PATHATTN_FWD128=$k: rc=$?"
     grep -E '^#|^ +B|^ +[0-9]' "$OUT/bench_fwd128_$k.log" | tee -a "$SUMMARY"

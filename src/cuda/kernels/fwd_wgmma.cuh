@@ -20,6 +20,13 @@
 // in the swizzle), E = [D][D] four; a product over d takes its k16 steps from sub-tile kk / 4, an output of 128
 // columns is two m64n64 accumulators (the halves of Q~ or O). The diagonal block reads the same sub-tiles through
 // fwd_tiles.cuh's swz at ld = 64. 19 tiles (152 KB): one CTA per SM.
+//
+// kOneE (D = 128 only; opt-in PATHATTN_FWD128=onee, launch/fwd.cu, until it has run on the GPU): one E slot shared
+// by the two stages instead of one per stage, so 13 tiles (106 KB) and two CTAs per SM: with one CTA of one
+// warpgroup the tensor cores idle through every softmax and every wait, and a second CTA fills those gaps as the
+// D = 64 kernel's co-resident CTAs do. The slot holds the diagonal's W and U first (the E slot is 4 tiles, W and U
+// 2 each), then E_c; E_{c-1} is loaded (its own barrier) as soon as the warpgroup's Q~ update with E_c is done, so
+// it streams in during c's softmax and P V and during c - 1's S; K^ and V keep their two stages.
 #pragma once
 
 #include "cuda/kernels/fwd_tiles.cuh"
@@ -34,24 +41,32 @@ namespace pathattn::cuda {
 //   W for the diagonal in the first KH), then V KH tiles
 //   tile 2 kStage: U (KH tiles), then M of the diagonal chunk; then the gate: query chunk [C], key chunk per stage
 //   [2][C]; then one mbarrier per stage.
-template <int D>
+//   kOneE: a stage is K^ then V (KH tiles each); tile 2 kStage: the E slot (KH x KH tiles: W, U of the diagonal,
+//   then E of the chunk in use), then M; the gate as above; one mbarrier per stage and one for the E slot.
+template <int D, bool kOneE = false>
 struct FwdWgSmem {
   static constexpr int KH = D / 64;
+  static_assert(!kOneE || KH == 2, "the shared E slot holds the diagonal's W and U: D = 128 only");
   static constexpr int kTile = kChunk * 64;  // elements
-  static constexpr int kK = 0, kE = KH, kV = KH + KH * KH, kStage = 2 * KH + KH * KH;  // offsets inside a stage
-  static constexpr int kU = 2 * kStage, kM = kU + KH, kTiles = kM + 1;
+  // Offsets inside a stage (kE: the stage's E; with kOneE the stages hold K^ and V only).
+  static constexpr int kK = 0, kE = KH, kV = kOneE ? KH : KH + KH * KH, kStage = kOneE ? 2 * KH : 2 * KH + KH * KH;
+  // kOneE: the shared E slot (KH x KH tiles) after the stages, the diagonal's W in its first KH tiles, U in the next.
+  static constexpr int kESlot = 2 * kStage;
+  static constexpr int kU = kOneE ? kESlot + KH : 2 * kStage;
+  static constexpr int kM = kOneE ? kESlot + KH * KH : kU + KH, kTiles = kM + 1;
   static constexpr int kHalves = kTiles * kTile;
-  static constexpr int kBytes = kHalves * 2 + 3 * kChunk * 4 + 2 * 8 + 1024;  // + 1024: room to align the base
+  static constexpr int kBars = kOneE ? 3 : 2;  // one per stage, [kOneE] then the E slot's
+  static constexpr int kBytes = kHalves * 2 + 3 * kChunk * 4 + kBars * 8 + 1024;  // + 1024: room to align the base
 };
 
 // tm_k, tm_e: the workspace's K^ and E as [rows, D] (tensor_maps.h, 64 x 64 boxes); tm_v: the input v as
 // [B, T, H, D] (64 x 64 boxes).
-template <typename T, int D, bool kGate>
-__global__ void __launch_bounds__(128, D == 64 ? 3 : 1)
+template <typename T, int D, bool kGate, bool kOneE = false>
+__global__ void __launch_bounds__(128, D == 64 ? 3 : (kOneE ? 2 : 1))
     fwd_wgmma_kernel(const FwdParams p, const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_e,
                      const __grid_constant__ CUtensorMap tm_v) {
   using namespace fwd_detail;
-  using L = FwdWgSmem<D>;
+  using L = FwdWgSmem<D, kOneE>;
   constexpr int C = kChunk, KH = L::KH;
   constexpr int NT = D / 8, KD = D / 16, NC8 = C / 8, KC = C / 16;
   static_assert(D == 64 || D == 128, "the wgmma forward has D = 64 and 128 instances");
@@ -64,7 +79,7 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1)
   auto tile = [&](int i) { return sm + i * L::kTile; };
   float* sGq = reinterpret_cast<float*>(sm + L::kHalves);           // [C]    gate of the query chunk
   float* sGk = sGq + C;                                             // [2][C] gate of the key chunk per stage
-  const uint32_t bar0 = smem_addr(sGk + 2 * C);                     // [2] mbarriers, 8 bytes each
+  const uint32_t bar0 = smem_addr(sGk + 2 * C);                     // [kBars] mbarriers, 8 bytes each
   auto bar = [&](int s) { return bar0 + 8 * s; };
 
   const CtaWork work = cta_work(p);
@@ -79,27 +94,41 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1)
     return static_cast<const T*>(base) + ((int64_t)chunk * p.H + h) * C * D;
   };
   auto stage_tile = [&](int s, int i) { return tile(s * L::kStage + i); };
-  // K^, E, V (and the gate row) of an earlier (full) chunk into stage s; called by thread 0 only. Sub-tile (y, x)
-  // of a matrix: its rows 64 y.., columns 64 x...
-  auto issue_chunk = [&](int s, int chunk) {
-    const ChunkInfo cc = p.chunks[chunk];
-    constexpr uint32_t kBytesTiles = L::kStage * L::kTile * 2;
-    mbar_arrive_expect_tx(bar(s), kBytesTiles + (kGate ? C * 4 : 0));
-    const int krow = (chunk * p.H + h) * C, erow = (chunk * p.H + h) * D;
-#pragma unroll
-    for (int x = 0; x < KH; ++x) tma_load_2d(smem_addr(stage_tile(s, L::kK + x)), &tm_k, 64 * x, krow, bar(s));
+  constexpr int kEBar = 2;  // kOneE: the E slot's barrier
+  // E tile i (= [n half y][k half x] at y * KH + x) of the chunk in stage s.
+  auto e_tile = [&](int s, int i) { return kOneE ? tile(L::kESlot + i) : stage_tile(s, L::kE + i); };
+  // E of an earlier chunk into stage s's E tiles (kOneE: the E slot), completing on barrier `b`; thread 0 only.
+  // Sub-tile (y, x) of a matrix: its rows 64 y.., columns 64 x...
+  auto issue_e = [&](int s, int chunk, uint32_t b) {
+    const int erow = (chunk * p.H + h) * D;
 #pragma unroll
     for (int y = 0; y < KH; ++y)
 #pragma unroll
       for (int x = 0; x < KH; ++x)  // E tile [n half y][k half x]: E rows d = 64 y.., columns d' = 64 x..
-        tma_load_2d(smem_addr(stage_tile(s, L::kE + y * KH + x)), &tm_e, 64 * x, erow + 64 * y, bar(s));
+        tma_load_2d(smem_addr(e_tile(s, y * KH + x)), &tm_e, 64 * x, erow + 64 * y, b);
+  };
+  // K^, V (and the gate row) of an earlier (full) chunk into stage s, and E with them unless kOneE; thread 0 only.
+  auto issue_chunk = [&](int s, int chunk) {
+    const ChunkInfo cc = p.chunks[chunk];
+    constexpr uint32_t kBytesTiles = L::kStage * L::kTile * 2;
+    mbar_arrive_expect_tx(bar(s), kBytesTiles + (kGate ? C * 4 : 0));
+    const int krow = (chunk * p.H + h) * C;
+#pragma unroll
+    for (int x = 0; x < KH; ++x) tma_load_2d(smem_addr(stage_tile(s, L::kK + x)), &tm_k, 64 * x, krow, bar(s));
+    if constexpr (!kOneE) issue_e(s, chunk, bar(s));
 #pragma unroll
     for (int x = 0; x < KH; ++x) tma_load_4d(smem_addr(stage_tile(s, L::kV + x)), &tm_v, 64 * x, cc.t0, h, cc.b, bar(s));
     if constexpr (kGate) bulk_load(smem_addr(sGk + s * C), p.ws.gl + ((int64_t)chunk * p.HQ + hq) * C, C * 4, bar(s));
   };
+  // kOneE: E of `chunk` into the E slot once every warp is done reading it (the caller's __syncthreads).
+  auto issue_e_slot = [&](int chunk) {
+    fence_proxy_async_smem();  // the slot's earlier reads, ordered before the copy engine's writes
+    mbar_arrive_expect_tx(bar(kEBar), KH * KH * L::kTile * 2);
+    issue_e(0, chunk, bar(kEBar));
+  };
   if (threadIdx.x == 0) {
-    mbar_init(bar(0), 1);
-    mbar_init(bar(1), 1);
+#pragma unroll
+    for (int b = 0; b < L::kBars; ++b) mbar_init(bar(b), 1);
     mbar_fence_init();
   }
   __syncthreads();
@@ -107,7 +136,7 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1)
   // Prologue: the diagonal chunk's raw K, W, V, U, M into stage 0's K, E and V slots and the U, M tiles (ld 64:
   // D-wide tiles as KH sub-tiles, fwd_tiles.cuh swz), then the next key chunk (stage 1).
   T* const dK = stage_tile(0, L::kK);
-  T* const dW = stage_tile(0, L::kE);
+  T* const dW = e_tile(0, 0);  // kOneE: the E slot's first KH tiles, U in the next KH
   T* const dV = stage_tile(0, L::kV);
   load_tile<T, D, true>(dK, 64, static_cast<const T*>(p.k) + ci.b * p.sk.b + (int64_t)ci.t0 * p.sk.t + h * p.sk.h,
                         p.sk.t, ci.len);
@@ -143,12 +172,17 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1)
   // ---- Earlier chunks, right to left, on the warpgroup tensor cores.
   const QueryGate<kGate> qgate(p, gc, hq, sGq, r0);
   int st = 1;
-  uint32_t phase = 0;  // bit s: parity of stage s's barrier for its next use
+  uint32_t phase = 0;  // bit b: parity of barrier b for its next use
   for (int c = gc - 1; c >= first; --c, st ^= 1) {
     __syncthreads();  // every warp is done with stage st ^ 1 (its wgmma waited; the diagonal's ldmatrix reads)
-    if (c > first && threadIdx.x == 0) {
-      fence_proxy_async_smem();  // those generic-proxy reads, ordered before the copy engine's writes
-      issue_chunk(st ^ 1, c - 1);
+    if (threadIdx.x == 0) {
+      // kOneE: the diagonal's W and U are read, so the E slot takes the first earlier chunk's E (only a chunk
+      // after the sequence's first has a Q~ update to feed).
+      if (kOneE && c == gc - 1 && c > first) issue_e_slot(c);
+      if (c > first) {
+        fence_proxy_async_smem();  // those generic-proxy reads, ordered before the copy engine's writes
+        issue_chunk(st ^ 1, c - 1);
+      }
     }
     mbar_wait(bar(st), (phase >> st) & 1);
     phase ^= 1u << st;
@@ -166,19 +200,30 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 1)
     for (int kk = 0; kk < KD; ++kk)  // S = Q~ K^_c^T: a k16 step is 32 bytes along the swizzled K^ rows
       wgmma_m64n64k16_rs<0>(s, qa[kk], desc(L::kK + kk / 4) + 2 * (kk % 4), kk > 0, Tag{});
     if (c > first) {  // Q~ <- Q~ + Q~ E_c^T (Eq. 32): not needed after the sequence's first chunk
+      if constexpr (kOneE) {  // E_c has its own barrier: S's products are already issued while it lands
+        mbar_wait(bar(kEBar), (phase >> kEBar) & 1);
+        phase ^= 1u << kEBar;
+      }
+      auto edesc = [&](int i) { return wgmma_desc_sw128(smem_addr(e_tile(st, i))); };
 #pragma unroll
       for (int kk = 0; kk < KD; ++kk)  // output columns 0..63 of Q~ (E sub-tiles [0][kk / 4])
-        wgmma_m64n64k16_rs<0>(qf, qa[kk], desc(L::kE + kk / 4) + 2 * (kk % 4), 1, Tag{});
+        wgmma_m64n64k16_rs<0>(qf, qa[kk], edesc(kk / 4) + 2 * (kk % 4), 1, Tag{});
       if constexpr (KH == 2) {
 #pragma unroll
         for (int kk = 0; kk < KD; ++kk)  // columns 64..127: the second accumulator half (E sub-tiles [1][kk / 4])
-          wgmma_m64n64k16_rs<0, 8>(qf, qa[kk], desc(L::kE + KH + kk / 4) + 2 * (kk % 4), 1, Tag{});
+          wgmma_m64n64k16_rs<0, 8>(qf, qa[kk], edesc(KH + kk / 4) + 2 * (kk % 4), 1, Tag{});
       }
     }
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_fence_operand(s);
     wgmma_fence_operand(qf);
+    if constexpr (kOneE) {
+      if (c - 1 > first) {  // E_{c-1} into the slot once the whole warpgroup's update with E_c is done
+        __syncthreads();
+        if (threadIdx.x == 0) issue_e_slot(c - 1);
+      }
+    }
 
     float delta = 0.f;  // the gate (PaTH-FoX): G_i - G_j, offsets subtracted in f64 (docs/spec.md §6)
     if constexpr (kGate) delta = static_cast<float>(qgate.goff - p.ws.goff[(int64_t)c * p.HQ + hq]);

@@ -6,7 +6,8 @@
 // D = 64 and D = 128 run the warpgroup (wgmma) kernel, kernels/fwd_wgmma.cuh (at D = 128 one CTA per SM, 152 KB of
 // tiles: measured 1.4-2.1x faster than the mma.sync kernel on the H200, docs/perf/results.md "Forward at D = 128 on
 // wgmma"). PATHATTN_FWD128=mma selects the mma.sync kernel, kernels/fwd.cuh, at D = 128: the A/B of
-// tools/gpu_check.sh fwd128, kept while the D = 128 wgmma kernel is new.
+// tools/gpu_check.sh fwd128, kept while the D = 128 wgmma kernel is new. PATHATTN_FWD128=onee selects the wgmma
+// kernel's kOneE instances (one E slot, two CTAs per SM; opt-in until measured).
 #include <cstdlib>
 #include <string>
 
@@ -18,15 +19,16 @@
 
 namespace pathattn::cuda {
 
-bool fwd128_mma() {
-  static const bool on = [] {
+// The D = 128 kernel PATHATTN_FWD128 names: "mma", "onee", or anything else (unset): the default wgmma kernel.
+bool fwd128_is(const char* name) {
+  static const std::string chosen = [] {
     const char* e = std::getenv("PATHATTN_FWD128");
-    return e && std::string(e) == "mma";
+    return std::string(e ? e : "");
   }();
-  return on;
+  return chosen == name;
 }
 
-template <typename T, int D, bool kGate>
+template <typename T, int D, bool kGate, bool kOneE = false>
 void launch_fwd_wgmma(const FwdParams& p, cudaStream_t stream) {
   const int64_t blocks = static_cast<int64_t>(p.num_chunks) * p.HQ;
   // 64 x 64 boxes: K^ [NC H C, D], E [NC H D, D] (D = 64: E has C rows too), v [B, T, H, D].
@@ -34,17 +36,20 @@ void launch_fwd_wgmma(const FwdParams& p, cudaStream_t stream) {
   const CUtensorMap tm_k = tensor_map_2d(p.ws.khat, krows, D, D, 64, 64, "the K^ workspace");
   const CUtensorMap tm_e = tensor_map_2d(p.ws.step, erows, D, D, 64, 64, "the E workspace");
   const CUtensorMap tm_v = tensor_map_bthd(p.v, p.B, p.T, p.H, D, p.sv.b, p.sv.t, p.sv.h, 64, 64, "v");
-  constexpr int wg_bytes = FwdWgSmem<D>::kBytes;
-  CUDA_CHECK(cudaFuncSetAttribute(fwd_wgmma_kernel<T, D, kGate>, cudaFuncAttributeMaxDynamicSharedMemorySize, wg_bytes));
-  fwd_wgmma_kernel<T, D, kGate><<<static_cast<unsigned>(blocks), 128, wg_bytes, stream>>>(p, tm_k, tm_e, tm_v);
-  CUDA_CHECK_LAUNCH("fwd_wgmma_kernel");
+  constexpr int wg_bytes = FwdWgSmem<D, kOneE>::kBytes;
+  auto kernel = fwd_wgmma_kernel<T, D, kGate, kOneE>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, wg_bytes));
+  kernel<<<static_cast<unsigned>(blocks), 128, wg_bytes, stream>>>(p, tm_k, tm_e, tm_v);
+  CUDA_CHECK_LAUNCH(kOneE ? "fwd_wgmma_kernel (one E slot)" : "fwd_wgmma_kernel");
 }
 
 template <typename T, int D, bool kGate>
 void launch_fwd(const FwdParams& p, cudaStream_t stream) {
   if constexpr (D == 64) {
     launch_fwd_wgmma<T, D, kGate>(p, stream);
-  } else if (!fwd128_mma()) {
+  } else if (fwd128_is("onee")) {
+    launch_fwd_wgmma<T, D, kGate, true>(p, stream);
+  } else if (!fwd128_is("mma")) {
     launch_fwd_wgmma<T, D, kGate>(p, stream);
   } else {
     const int64_t blocks = static_cast<int64_t>(p.num_chunks) * p.HQ;
