@@ -10,7 +10,8 @@
 #          split instances (PATHATTN_DECODE_PREFETCH=0) and with the team kernel for bf16 caches instead of the
 #          tensor-core one (PATHATTN_DECODE_MMA=0, its sanitizers too), bench_decode_cuda (plain f32 and bf16
 #          caches, bf16 on the team kernel, the bf16 checkpointed cache on both and with the refresh on the CUDA
-#          cores (PATHATTN_DECODE_REFRESH_MMA=0, tested and sanitized too), B = 1 split settings, then the
+#          cores (PATHATTN_DECODE_REFRESH_MMA=0, tested and sanitized too), the programmatic combine launch
+#          (PATHATTN_DECODE_PDL=1: tests, memcheck, f32 and bf16 benches), B = 1 split settings, then the
 #          f32 checkpointed cache with period DECODE_CKPT_PERIOD, default 64; DECODE_SKIP_CKPT=1 skips it;
 #          DECODE_SAN_FILTER: the sanitizers' gtest filter)
 #   ncu:   the gpu tests, then Nsight Compute on one 32 x 4096 (H 32, D 64) forward: each kernel once
@@ -191,10 +192,28 @@ if [ "$MODE" = decode ]; then
   note "decode gpu tests, PATHATTN_DECODE_REFRESH_MMA=0: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_decode_refresh_cores.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
   grep -E "^\[  FAILED  \]|ratio to bound [1-9]" "$OUT/tests_decode_refresh_cores.log" | head -20 | tee -a "$SUMMARY"
   PATHATTN_DECODE_REFRESH_MMA=0 sanitize decode_refresh_cores build-gpu/tests/cuda/test_cuda_decode '*ckpt*' 300
+  # The combine kernel as a programmatic dependent of the split kernel (PATHATTN_DECODE_PDL=1, opt-in): the tests
+  # (the CUDA-graph capture among them), memcheck on them; its benches follow the default ones below.
+  t0=$(date +%s)
+  PATHATTN_DECODE_PDL=1 build-gpu/tests/cuda/test_cuda_decode > "$OUT/tests_decode_pdl.log" 2>&1
+  note "decode gpu tests, PATHATTN_DECODE_PDL=1: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_decode_pdl.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
+  grep -E "^\[  FAILED  \]|ratio to bound [1-9]" "$OUT/tests_decode_pdl.log" | head -20 | tee -a "$SUMMARY"
+  t0=$(date +%s)
+  PATHATTN_DECODE_PDL=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 build-gpu/tests/cuda/test_cuda_decode \
+    --gtest_filter="${DECODE_SAN_FILTER:-*D64_bf16_gate_p0x1x77*:*HQ16_D128*:*kbf16_vlow:*chunked*:CudaDecode.*:CudaDecodeErrors.*}" \
+    > "$OUT/sanitizer_decode_pdl_memcheck.log" 2>&1
+  note "compute-sanitizer memcheck (decode, PATHATTN_DECODE_PDL=1): rc=$?, $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer_decode_pdl_memcheck.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
   t0=$(date +%s)
   timeout 300 build-gpu/bench/cuda/bench_decode_cuda > "$OUT/bench_decode.log" 2>&1
   note "bench_decode_cuda: rc=$? ($(( $(date +%s) - t0 )) s)"
   tee -a "$SUMMARY" < "$OUT/bench_decode.log"
+  # The same with the programmatic combine launch (PATHATTN_DECODE_PDL=1), f32 and bf16 caches.
+  for cache in f32 bf16; do
+    t0=$(date +%s)
+    PATHATTN_DECODE_PDL=1 timeout 300 build-gpu/bench/cuda/bench_decode_cuda --cache $cache > "$OUT/bench_decode_pdl_$cache.log" 2>&1
+    note "bench_decode_cuda --cache $cache, PATHATTN_DECODE_PDL=1: rc=$? ($(( $(date +%s) - t0 )) s)"
+    tee -a "$SUMMARY" < "$OUT/bench_decode_pdl_$cache.log"
+  done
   # The bf16 cache (bf16 keys and values): the team kernel, then the tensor-core kernel (the default).
   for mma in 0 1; do
     t0=$(date +%s)

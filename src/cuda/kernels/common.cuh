@@ -101,6 +101,13 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// Programmatic dependent launch (sm_90): a kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization
+// may start while the kernel before it on the stream still runs, once every block of that one has called
+// pdl_launch_dependents (or exited); pdl_wait then blocks until the earlier kernel has completed and its writes are
+// visible. Without the attribute both are no-ops, so a kernel may carry them whichever way it is launched.
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
 // Load a 16-bit element of either input dtype of w (f32 or bf16) as float.
 __device__ __forceinline__ float load_w(const void* w, int64_t off, bool is_bf16) {
   return is_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(w)[off]) : static_cast<const float*>(w)[off];

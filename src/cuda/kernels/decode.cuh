@@ -203,6 +203,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) decode_split_kernel(const D
   __shared__ float sm_ml[kTeams][kG][2];          // each team's running max (base 2) and sum, per head
   __shared__ __align__(16) float sm_o[kTeams][kG][D];  // and its unnormalised o: 4 kG KB
 
+  pdl_launch_dependents();  // the combine kernel may be scheduled now: it waits (pdl_wait) for this grid
   const SplitBlock sb = decode_split_block<kCkpt>(p);
   if (!sb.ok) return;  // the combine kernel writes NaN
   const int b = sb.b, h = sb.h, split = sb.split, L0 = sb.L0, ckpt = sb.ckpt, r0 = sb.r0, r1 = sb.r1;
@@ -391,6 +392,9 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const D
   __shared__ float sw[kDecodeMaxSplits];  // the splits' weights 2^(m_s - M)
   __shared__ float sred[kCombineThreads / 32];
   __shared__ float so[kParts][D];
+  // Launched as a programmatic dependent of the split kernel (PATHATTN_DECODE_PDL=1, launch/decode_impl.cuh): its
+  // blocks may be resident before the split kernel ends; everything below reads what that kernel wrote.
+  pdl_wait();
   const int hq = static_cast<int>(blockIdx.x % p.HQ), b = static_cast<int>(blockIdx.x / p.HQ);
   const int t = p.step, ns = p.num_splits, tid = threadIdx.x;
   T* o = static_cast<T*>(p.o) + b * p.so.b + t * p.so.t + hq * p.so.h;

@@ -61,6 +61,7 @@ __global__ void __launch_bounds__(kDecodeThreads, D == 64 ? 2 : 1) decode_split_
   __shared__ __align__(16) float sm_w[D];  // w_t in f32, for the carry
   __shared__ __align__(16) uint32_t sm_aold[kCkpt ? kKS : 1][32][4];  // A~'s fragments per k-step and lane
 
+  pdl_launch_dependents();  // the combine kernel may be scheduled now: it waits (pdl_wait) for this grid
   const SplitBlock sb = decode_split_block<kCkpt>(p);
   if (!sb.ok) return;  // the combine kernel writes NaN
   const int b = sb.b, h = sb.h, split = sb.split, L0 = sb.L0, ckpt = sb.ckpt, r0 = sb.r0, r1 = sb.r1;

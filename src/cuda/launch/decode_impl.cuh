@@ -37,6 +37,28 @@ inline bool decode_mma() {
   static const bool on = env_switch("PATHATTN_DECODE_MMA", true);
   return on;
 }
+// The combine kernel as a programmatic dependent of the split kernel (kernels/common.cuh pdl_wait): its launch and
+// its blocks' start overlap the split kernel's last blocks, which at B = 1 (one wave of splits, a step of 16-40 us)
+// is a few microseconds a step. Opt-in, PATHATTN_DECODE_PDL=1, until it has run on the GPU (thirteenth session).
+inline bool decode_pdl() {
+  static const bool on = env_switch("PATHATTN_DECODE_PDL", false);
+  return on;
+}
+// `kernel`<<<blocks, threads, 0, stream>>>(prm), allowed to start before the previous kernel on the stream ends (the
+// kernel must pdl_wait before it touches what that kernel writes or reads).
+inline void launch_programmatic(void (*kernel)(const DecodeParams), unsigned blocks, unsigned threads,
+                                cudaStream_t stream, const DecodeParams& prm) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(threads);
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, prm));
+}
 // 16-byte row loads of a 16-bit cache tensor: its pointer and strides (elements) keep every row 16-byte aligned.
 inline bool rows_16b_aligned(const void* ptr, const Strides& s) {
   return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && s.b % 8 == 0 && s.t % 8 == 0 && s.h % 8 == 0;
@@ -103,7 +125,10 @@ void launch_decode_steps(const DecodeParams& p, int S, cudaStream_t stream) {
     }
     split<<<split_blocks, kDecodeThreads, 0, stream>>>(prm);
     CUDA_CHECK_LAUNCH("decode_split_kernel");
-    decode_combine_kernel<T, D><<<combine_blocks, kCombineThreads, 0, stream>>>(prm);
+    if (decode_pdl())
+      launch_programmatic(decode_combine_kernel<T, D>, combine_blocks, kCombineThreads, stream, prm);
+    else
+      decode_combine_kernel<T, D><<<combine_blocks, kCombineThreads, 0, stream>>>(prm);
     CUDA_CHECK_LAUNCH("decode_combine_kernel");
     if constexpr (kCkpt) {
       refresh<<<split_blocks, kCarryThreads, refresh_smem, stream>>>(prm);
