@@ -231,16 +231,14 @@ if [ "$MODE" = decode ]; then
     note "bench_decode_cuda --cache bf16 --ckpt 64, PATHATTN_DECODE_MMA=$mma PATHATTN_DECODE_REFRESH_MMA=$rmma: rc=$? ($(( $(date +%s) - t0 )) s)"
     tee -a "$SUMMARY" < "$OUT/bench_decode_bf16_ckpt_mma${mma}_refresh$rmma.log"
   done
-  # Small batches: one wave of splits at B H <= SMs / 8 (plan.cu decode_splits, the twelfth session's default)
-  # against the four waves used before, f32 cache; only the B = 1 rows are of interest here.
-  for sp in "4 128"; do
-    read -r wv mr <<< "$sp"
-    t0=$(date +%s)
-    PATHATTN_DECODE_WAVES=$wv PATHATTN_DECODE_MIN_ROWS=$mr timeout 120 build-gpu/bench/cuda/bench_decode_cuda \
-      > "$OUT/bench_decode_waves${wv}_rows$mr.log" 2>&1
-    note "bench_decode_cuda, PATHATTN_DECODE_WAVES=$wv PATHATTN_DECODE_MIN_ROWS=$mr: rc=$? ($(( $(date +%s) - t0 )) s)"
-    grep -E "^#|^ +(64|128) +1 " "$OUT/bench_decode_waves${wv}_rows$mr.log" | tee -a "$SUMMARY"
-  done
+  # Small batches: the bf16 cache's one wave counted at two blocks per SM (PATHATTN_DECODE_BLOCKS_PER_SM=2, the
+  # twelfth session's plan), against the default that counts the D = 128 tensor-core kernel's one block per SM
+  # (thirteenth session); only the B = 1 rows are of interest here.
+  t0=$(date +%s)
+  PATHATTN_DECODE_BLOCKS_PER_SM=2 timeout 120 build-gpu/bench/cuda/bench_decode_cuda --cache bf16 \
+    > "$OUT/bench_decode_bf16_blocks2.log" 2>&1
+  note "bench_decode_cuda --cache bf16, PATHATTN_DECODE_BLOCKS_PER_SM=2: rc=$? ($(( $(date +%s) - t0 )) s)"
+  grep -E "^#|^ +(64|128) +1 " "$OUT/bench_decode_bf16_blocks2.log" | tee -a "$SUMMARY"
   # The checkpointed cache (docs/cuda.md "Decode"); DECODE_SKIP_CKPT=1 leaves it out.
   [ "${DECODE_SKIP_CKPT:-0}" = 1 ] || {
   t0=$(date +%s)

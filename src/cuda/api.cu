@@ -15,6 +15,7 @@
 #include "cuda/decode_params.h"
 #include "cuda/cuda_api.h"
 #include "cuda/dispatch.h"
+#include "cuda/launch/decode_launch.h"  // decode_split_blocks_per_sm
 #include "cuda/params.h"
 #include "cuda/plan.h"
 #include "cuda/value_check.h"
@@ -399,9 +400,18 @@ void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const 
   DeviceGuard guard(in.q.device_index);
   const cudaStream_t stream = static_cast<cudaStream_t>(in.cuda_stream);
   if (checks_values(in)) check_values(in, p, stream);
+  DecodeParams prm{};
+  fill_inputs(prm, p, in);
+  prm.ck = cache.k.data;
+  prm.ck_bf16 = cache.k.dtype == DType::bf16;
+  prm.cv = cache.v.data;
+  prm.cv_low = cache.v.dtype != DType::f32;  // v's dtype (pathattn::decode checked it)
+  prm.sck = strides_of(cache.k);
+  prm.scv = strides_of(cache.v);
   int sms = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, in.q.device_index));
-  const int ns = decode_splits(p.B, p.H, Tmax, sms);
+  const int ns = decode_splits(p.B, p.H, Tmax, sms,
+                               decode_split_blocks_per_sm(prm, p.dtype == DType::bf16, static_cast<int>(p.D)));
   if (p.B * p.H * ns > INT32_MAX || p.B * p.HQ > INT32_MAX)
     throw Error("pathattn: cuda decode: B * H = " + std::to_string(p.B * p.H) + " exceeds the kernels' grid");
 
@@ -422,14 +432,6 @@ void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const 
   const int qcar = checkpointed ? ws.add("decode carried-back queries", static_cast<std::size_t>(p.B) * p.HQ * p.D * 4) : -1;
   ws.acquire(in, in.q.device_index, stream);
 
-  DecodeParams prm{};
-  fill_inputs(prm, p, in);
-  prm.ck = cache.k.data;
-  prm.ck_bf16 = cache.k.dtype == DType::bf16;
-  prm.cv = cache.v.data;
-  prm.cv_low = cache.v.dtype != DType::f32;  // v's dtype (pathattn::decode checked it)
-  prm.sck = strides_of(cache.k);
-  prm.scv = strides_of(cache.v);
   if (p.has_gate) {
     prm.cg = cache.gcum.data;
     prm.cg_f64 = cache.gcum.dtype == DType::f64;

@@ -104,7 +104,7 @@ int64_t env_positive(const char* name, int64_t dflt) {
 }
 }  // namespace
 
-int decode_splits(int64_t B, int64_t H, int64_t Tmax, int sms) {
+int decode_splits(int64_t B, int64_t H, int64_t Tmax, int sms, int blocks_per_sm) {
   // Two resident split blocks per SM (256 threads, 128 registers), four waves' worth of blocks: short splits
   // even out sequences of different lengths. Each split adds a partial of HQ / H x (D + 2) floats per kv head,
   // small beside its >= 128 rows x 3 x 4 D bytes of cache traffic. With at most one (sequence, kv head) pair per
@@ -112,14 +112,19 @@ int decode_splits(int64_t B, int64_t H, int64_t Tmax, int sms) {
   // there each block's fixed cost (its prologue, its partial, the combine's share) outweighs what the later waves
   // even out. Measured on the H200 (twelfth session, f32 cache, B = 1, H 8, through the overrides below): 16k
   // 61.2 -> 41.0 us at D 64 and 98.1 -> 74.2 at D 128, 131k 263 -> 237 and 494 -> 461; at B = 8 one wave was
-  // 6-30% slower. (The tensor-core kernel at D 128 holds one block per SM: there one such wave is two.)
-  // PATHATTN_DECODE_WAVES and PATHATTN_DECODE_MIN_ROWS override the waves and the 128 (read once), for measuring
-  // (docs/perf/notes.md "Decode").
+  // 6-30% slower. The one wave counts the kernel's resident blocks (blocks_per_sm): the tensor-core kernel at D 128
+  // holds one block per SM, where 2 x SMs blocks made two waves (thirteenth session: its B = 1 steps were the
+  // slowest per byte, 43% of the copy bandwidth at 16k); the four waves stay counted at two blocks per SM, as measured.
+  // PATHATTN_DECODE_WAVES, PATHATTN_DECODE_MIN_ROWS and PATHATTN_DECODE_BLOCKS_PER_SM override the waves, the 128
+  // and blocks_per_sm (read once), for measuring (docs/perf/notes.md "Decode").
   static const int64_t waves_env = env_positive("PATHATTN_DECODE_WAVES", 0);
   static const int64_t min_rows = env_positive("PATHATTN_DECODE_MIN_ROWS", kDecodeMinRows);
-  const int64_t pairs = std::max<int64_t>(B * H, 1), slots = 2 * static_cast<int64_t>(std::max(sms, 1));
+  static const int64_t resident_env = env_positive("PATHATTN_DECODE_BLOCKS_PER_SM", 0);
+  const int64_t resident = resident_env > 0 ? resident_env : std::max(blocks_per_sm, 1);
+  const int64_t pairs = std::max<int64_t>(B * H, 1), sm_count = std::max(sms, 1);
   const bool one_wave = waves_env == 0 && 8 * pairs <= sms;
-  const int64_t want = one_wave ? slots / pairs : ((waves_env > 0 ? waves_env : 4) * slots + pairs - 1) / pairs;
+  const int64_t want = one_wave ? resident * sm_count / pairs
+                                : ((waves_env > 0 ? waves_env : 4) * 2 * sm_count + pairs - 1) / pairs;
   const int64_t useful = std::max<int64_t>(1, Tmax / min_rows);
   return static_cast<int>(std::clamp<int64_t>(std::min(want, useful), 1, kDecodeMaxSplits));
 }

@@ -41,6 +41,8 @@ inline int bwd_pair_group(int64_t rows) {
 // multiprocessors (one full wave when B H <= sms / 8), but at least kDecodeMinRows cache rows per split at a full
 // cache (Tmax), at most kDecodeMaxSplits. Pinned by tests/cuda/test_cuda_plan.cpp.
 constexpr int kDecodeMinRows = 128;  // kDecodeMaxSplits: decode_params.h (the combine kernel sizes by it)
-int decode_splits(int64_t B, int64_t H, int64_t Tmax, int sms);
+// blocks_per_sm: split blocks of the chosen kernel resident per SM (2; 1 for the tensor-core kernel at D = 128,
+// decode_split_blocks_per_sm in decode_launch.h), which sizes the one-wave case.
+int decode_splits(int64_t B, int64_t H, int64_t Tmax, int sms, int blocks_per_sm = 2);
 
 }  // namespace pathattn::cuda

@@ -23,6 +23,16 @@ TEST(CudaPlan, DecodeSplitsOneWaveForFewPairs) {
   EXPECT_EQ(decode_splits(1, 8, 5, kH200Sms), 1);
 }
 
+TEST(CudaPlan, DecodeSplitsOneWaveCountsTheKernelsResidentBlocks) {
+  // The tensor-core kernel at D = 128 holds one block per SM: its one wave is 132 blocks, not 264 (which made two).
+  EXPECT_EQ(decode_splits(1, 8, 16384, kH200Sms, 1), 16);
+  EXPECT_EQ(decode_splits(1, 8, 131072, kH200Sms, 1), 16);
+  EXPECT_EQ(decode_splits(2, 8, 16384, kH200Sms, 1), 8);
+  // Four waves stay counted at two blocks per SM, as measured (B = 8: 17 splits either way).
+  EXPECT_EQ(decode_splits(8, 8, 16384, kH200Sms, 1), 17);
+  EXPECT_EQ(decode_splits(8, 8, 16384, kH200Sms, 2), decode_splits(8, 8, 16384, kH200Sms));
+}
+
 TEST(CudaPlan, DecodeSplitsFourWavesForManyPairs) {
   // B = 8, H = 8: 64 pairs > 132 / 8: four waves, ceil(4 x 264 / 64) = 17 splits (one wave was 6-30% slower there).
   EXPECT_EQ(decode_splits(8, 8, 16384, kH200Sms), 17);

@@ -14,6 +14,9 @@ namespace pathattn::cuda {
 // per 64 tokens: equal to rounding). kG: query heads per pass of the split kernel (1, 2, 4 or 8).
 template <typename T, int D, int kG>
 void launch_decode(const DecodeParams& p, int S, cudaStream_t stream);
+// Split blocks of the kernel launch_decode will pick that fit on one SM at once: 1 for the tensor-core kernel at
+// D = 128 (bf16 inputs, bf16 keys and values, 16-byte rows; 255 registers), else 2. Reads p's cache fields only.
+int decode_split_blocks_per_sm(const DecodeParams& p, bool bf16_inputs, int D);
 // One cache layout's launch sequence (kCkpt: the checkpointed cache, p.ckpt set): launch/decode_impl.cuh.
 template <typename T, int D, int kG, bool kCkpt>
 void launch_decode_steps(const DecodeParams& p, int S, cudaStream_t stream);
