@@ -41,6 +41,7 @@ struct Options {
   int64_t warmup = 3, steps = 10, threads = 0, seed = 1;
   double lr = 3e-4;
   std::string device = "auto", precision = "auto", csv, data_task;
+  std::string optim = "foreach";  // the trainer's optimizer step: foreach (optim_step.h) or loop (torch's)
 };
 
 // --name value pairs into opt; false (with a message) on an unknown name, a missing value or --help.
@@ -63,6 +64,7 @@ bool parse(int argc, char** argv, Options& o) {
       {"--precision", [&](const std::string& v) { o.precision = v; }},
       {"--csv", [&](const std::string& v) { o.csv = v; }},
       {"--data-task", [&](const std::string& v) { o.data_task = v; }},
+      {"--optim", [&](const std::string& v) { o.optim = v; }},
   };
   for (int i = 1; i < argc; i += 2) {
     const std::string name = argv[i];
@@ -72,7 +74,8 @@ bool parse(int argc, char** argv, Options& o) {
       std::cerr << "options (--name value):";
       for (const auto& [n, f] : set) std::cerr << " " << n;
       std::cerr << "\n  --mechanisms: comma list of path, path-fox, rope, fox, nope; --device auto|cpu|cuda; "
-                   "--precision auto|f32|bf16; --mlp 0: 8/3 width; --data-task flipflop|a5|mqrar\n";
+                   "--precision auto|f32|bf16; --mlp 0: 8/3 width; --data-task flipflop|a5|mqrar; --optim "
+                   "foreach|loop (the optimizer step on foreach kernels, the trainer's, or torch's per-tensor one)\n";
       return false;
     }
     try {
@@ -123,8 +126,11 @@ int main(int argc, char** argv) {
     if (o.device == "cuda" && !torch::cuda::is_available())
       throw std::invalid_argument("--device cuda: no CUDA device available");
     const torch::Device dev = o.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+    if (o.optim != "foreach" && o.optim != "loop")
+      throw std::invalid_argument("--optim: expected foreach or loop, got '" + o.optim + "'");
     TrainConfig tc;  // the trainer's defaults (AdamW betas, weight decay 0.1, clip 1.0) at a fixed learning rate
     tc.lr = o.lr;
+    tc.foreach_step = o.optim == "foreach";
     tc.batch = o.batch;
     tc.device = dev;
     tc.precision = parse_precision(o.precision, dev);
@@ -163,8 +169,8 @@ int main(int argc, char** argv) {
                 " threads %d\n",
                 (long)o.batch, (long)o.T, (long)o.width, (long)o.layers, (long)o.heads, (long)shape.head_dim(),
                 (long)shape.mlp_size(), (long)o.vocab, o.device.c_str(), precision_name(tc.precision), at::get_num_threads());
-    std::printf("# %ld warm-up + %ld timed steps per mechanism, interleaved; step time = median\n", (long)o.warmup,
-                (long)o.steps);
+    std::printf("# %ld warm-up + %ld timed steps per mechanism, interleaved; step time = median; optimizer step: %s\n",
+                (long)o.warmup, (long)o.steps, o.optim.c_str());
     std::fflush(stdout);
 
     for (int64_t i = 0; i < o.warmup + o.steps; ++i) {

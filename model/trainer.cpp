@@ -82,20 +82,6 @@ void truncate_metrics(const fs::path& csv, int64_t step) {
 
 }  // namespace
 
-// trainer.h. torch::nn::utils::clip_grad_norm_'s arithmetic (the 2-norm of the gradients' 2-norms, the scale
-// min(1, max_norm / (norm + 1e-6))) without its return value: the C++ version reads the norm back to the host, a
-// synchronisation every step.
-void clip_grad_norm_no_sync(const std::vector<torch::Tensor>& params, double max_norm) {
-  std::vector<torch::Tensor> grads, norms;
-  for (const auto& p : params)
-    if (p.grad().defined()) grads.push_back(p.grad());
-  if (grads.empty()) return;
-  for (const auto& g : grads) norms.push_back(g.data().norm(2));
-  const torch::Tensor total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm(2);
-  const torch::Tensor coef = torch::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
-  for (auto& g : grads) g.data().mul_(coef);
-}
-
 torch::optim::AdamWOptions adamw_options(const TrainConfig& cfg) {
   return torch::optim::AdamWOptions(cfg.lr).betas({cfg.beta1, cfg.beta2}).weight_decay(cfg.weight_decay);
 }
@@ -122,8 +108,11 @@ torch::Tensor train_step(Transformer& model, torch::optim::AdamW& opt, const std
     (micro.size() == 1 ? loss : loss / n).backward();
     total = total.defined() ? total + loss.detach() : loss.detach();
   }
-  if (cfg.clip > 0) clip_grad_norm_no_sync(model->parameters(), cfg.clip);
-  opt.step();
+  if (cfg.clip > 0) clip_grad_norm_no_sync(model->parameters(), cfg.clip, cfg.foreach_step);
+  if (cfg.foreach_step)
+    adamw_step_foreach(opt);
+  else
+    opt.step();
   return micro.size() == 1 ? total : total / n;
 }
 

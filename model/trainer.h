@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "optim_step.h"
 #include "precision.h"
 #include "task.h"
 #include "transformer.h"
@@ -48,6 +49,9 @@ struct TrainConfig {
   std::string init_from;
   torch::Device device = torch::kCPU;
   Precision precision = Precision::f32;  // bf16: autocast over the f32 parameters (precision.h)
+  // The optimizer step on ATen's foreach kernels (optim_step.h: the same update, a few kernels per step instead of
+  // ~11 per parameter tensor); false: torch::optim::AdamW::step and a clipping kernel per tensor, for comparison.
+  bool foreach_step = true;
 };
 
 struct EvalResult {
@@ -93,11 +97,6 @@ torch::Tensor masked_loss(const torch::Tensor& logits, const Batch& b);
 
 EvalResult evaluate(Transformer& model, const std::vector<EvalSet>& sets, int64_t eval_batch, torch::Device dev,
                     Precision precision = Precision::f32);
-
-// Scales the parameters' gradients by min(1, max_norm / (||g|| + 1e-6)), ||g|| the 2-norm over all of them, with
-// torch::nn::utils::clip_grad_norm_'s arithmetic (the same bits) but without reading the norm back to the host,
-// which would synchronise with the device at every step.
-void clip_grad_norm_no_sync(const std::vector<torch::Tensor>& params, double max_norm);
 
 // AdamW as the trainer configures it (betas, weight decay; the learning rate is set per step by train()).
 torch::optim::AdamWOptions adamw_options(const TrainConfig& cfg);

@@ -264,9 +264,11 @@ TEST(Model, LearningRateSchedule) {
 }
 
 // The trainer's clipping without the host read: torch's clip_grad_norm_ bit for bit, when it clips (a norm far
-// above max_norm) and when it does not, and with a parameter that has no gradient.
+// above max_norm) and when it does not, and with a parameter that has no gradient; on the foreach kernels
+// (optim_step.h, the trainer's default) and per tensor.
 TEST(Model, ClipWithoutSyncIsTorchsClip) {
   torch::manual_seed(3);
+  for (bool foreach : {true, false})
   for (double max_norm : {0.5, 1e6}) {
     std::vector<torch::Tensor> a, b;
     for (auto shape : {std::vector<int64_t>{7, 5}, std::vector<int64_t>{13}, std::vector<int64_t>{2, 3, 4}}) {
@@ -278,9 +280,10 @@ TEST(Model, ClipWithoutSyncIsTorchsClip) {
     a.push_back(torch::randn({3}).requires_grad_());  // no gradient
     b.push_back(a.back().detach().clone().requires_grad_());
     torch::nn::utils::clip_grad_norm_(a, max_norm);
-    clip_grad_norm_no_sync(b, max_norm);
+    clip_grad_norm_no_sync(b, max_norm, foreach);
     for (size_t i = 0; i + 1 < a.size(); ++i)
-      EXPECT_TRUE(torch::equal(a[i].grad(), b[i].grad())) << "gradient " << i << ", max_norm " << max_norm;
+      EXPECT_TRUE(torch::equal(a[i].grad(), b[i].grad()))
+          << "gradient " << i << ", max_norm " << max_norm << ", foreach " << foreach;
     EXPECT_FALSE(b.back().grad().defined());
     if (max_norm < 1) {  // it did clip: the total norm is max_norm (to rounding)
       double sq = 0;
