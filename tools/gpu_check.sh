@@ -239,6 +239,15 @@ if [ "$MODE" = decode ]; then
     > "$OUT/bench_decode_bf16_blocks2.log" 2>&1
   note "bench_decode_cuda --cache bf16, PATHATTN_DECODE_BLOCKS_PER_SM=2: rc=$? ($(( $(date +%s) - t0 )) s)"
   grep -E "^#|^ +(64|128) +1 " "$OUT/bench_decode_bf16_blocks2.log" | tee -a "$SUMMARY"
+  # B = 8: the split count that fills the last wave best (16, thirteenth session) against the old rounded-up 17
+  # (PATHATTN_DECODE_SPLITS=17 forces it for every row; only the B = 8 rows are of interest), f32 and bf16 caches.
+  for cache in f32 bf16; do
+    t0=$(date +%s)
+    PATHATTN_DECODE_SPLITS=17 timeout 120 build-gpu/bench/cuda/bench_decode_cuda --cache $cache \
+      > "$OUT/bench_decode_${cache}_splits17.log" 2>&1
+    note "bench_decode_cuda --cache $cache, PATHATTN_DECODE_SPLITS=17: rc=$? ($(( $(date +%s) - t0 )) s)"
+    grep -E "^#|^ +(64|128) +8 " "$OUT/bench_decode_${cache}_splits17.log" | tee -a "$SUMMARY"
+  done
   # The checkpointed cache (docs/cuda.md "Decode"); DECODE_SKIP_CKPT=1 leaves it out.
   [ "${DECODE_SKIP_CKPT:-0}" = 1 ] || {
   t0=$(date +%s)

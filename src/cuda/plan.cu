@@ -116,15 +116,28 @@ int decode_splits(int64_t B, int64_t H, int64_t Tmax, int sms, int blocks_per_sm
   // holds one block per SM, where 2 x SMs blocks made two waves (thirteenth session: its B = 1 steps were the
   // slowest per byte, 43% of the copy bandwidth at 16k); the four waves stay counted at two blocks per SM, as measured.
   // PATHATTN_DECODE_WAVES, PATHATTN_DECODE_MIN_ROWS and PATHATTN_DECODE_BLOCKS_PER_SM override the waves, the 128
-  // and blocks_per_sm (read once), for measuring (docs/perf/notes.md "Decode").
+  // and blocks_per_sm, PATHATTN_DECODE_SPLITS the count itself (within the same bounds; read once), for measuring
+  // (docs/perf/notes.md "Decode").
   static const int64_t waves_env = env_positive("PATHATTN_DECODE_WAVES", 0);
   static const int64_t min_rows = env_positive("PATHATTN_DECODE_MIN_ROWS", kDecodeMinRows);
   static const int64_t resident_env = env_positive("PATHATTN_DECODE_BLOCKS_PER_SM", 0);
+  static const int64_t splits_env = env_positive("PATHATTN_DECODE_SPLITS", 0);
   const int64_t resident = resident_env > 0 ? resident_env : std::max(blocks_per_sm, 1);
   const int64_t pairs = std::max<int64_t>(B * H, 1), sm_count = std::max(sms, 1);
   const bool one_wave = waves_env == 0 && 8 * pairs <= sms;
-  const int64_t want = one_wave ? resident * sm_count / pairs
-                                : ((waves_env > 0 ? waves_env : 4) * 2 * sm_count + pairs - 1) / pairs;
+  int64_t want = one_wave ? resident * sm_count / pairs : 0;
+  if (!one_wave) {
+    // Of the two split counts around the waves' worth (slots x waves / pairs rounded down and up), the one whose
+    // blocks fill their last wave best: a step takes about ceil(blocks / slots) block times, and a block's time is
+    // proportional to its rows, L / splits, so the cost of s splits is ceil(pairs s / slots) / s. Rounding up
+    // alone (before the thirteenth session) gave B = 8 at H 8 17 splits, 1088 blocks: 4.12 waves, the fifth nearly
+    // empty; 16 make 3.88. A tie keeps the larger count (shorter blocks even out unequal lengths better).
+    const int64_t slots = 2 * sm_count, blocks = (waves_env > 0 ? waves_env : 4) * slots;
+    const int64_t lo = std::max<int64_t>(1, blocks / pairs), hi = (blocks + pairs - 1) / pairs;
+    auto waves_up = [&](int64_t splits) { return (pairs * splits + slots - 1) / slots; };
+    want = waves_up(lo) * hi < waves_up(hi) * lo ? lo : hi;  // cost(lo) < cost(hi), cross-multiplied
+  }
+  if (splits_env > 0) want = splits_env;
   const int64_t useful = std::max<int64_t>(1, Tmax / min_rows);
   return static_cast<int>(std::clamp<int64_t>(std::min(want, useful), 1, kDecodeMaxSplits));
 }
