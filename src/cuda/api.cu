@@ -50,7 +50,7 @@ struct DeviceGuard {
     CUDA_CHECK(cudaGetDevice(&prev));
     if (prev != device) CUDA_CHECK(cudaSetDevice(device));
   }
-  ~DeviceGuard() { cudaSetDevice(prev); }
+  ~DeviceGuard() { (void)cudaSetDevice(prev); }  // unchecked: a destructor may not throw
 };
 
 Strides strides_of(const TensorView& t) { return Strides{t.strides[0], t.strides[1], t.strides[2]}; }

@@ -64,7 +64,7 @@ void check_values(const Inputs& in, const Problem& p, cudaStream_t stream) {
       check_one(in.g, "g", -std::numeric_limits<float>::max(), 0.f,
                 "a finite log forget gate <= 0 (not NaN or -inf: G_i - G_j would be NaN)", stream, first);
   } catch (...) {
-    cudaFreeAsync(first, stream);
+    (void)cudaFreeAsync(first, stream);  // unchecked: the error being thrown is the one to report
     throw;
   }
   CUDA_CHECK(cudaFreeAsync(first, stream));

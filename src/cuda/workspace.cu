@@ -67,7 +67,9 @@ void Workspace::zero(int id, cudaStream_t stream) const {
 
 Workspace::~Workspace() {
   // The library's buffer: the next call (any stream) waits for everything this call queued.
-  if (lock_.owns_lock()) cudaEventRecord(g_scratch[device_].done, stream_);
+  // Unchecked: a destructor may not throw (it also runs while an exception unwinds). It fails only on an error
+  // that is already sticky on the device, which the next checked call reports.
+  if (lock_.owns_lock()) (void)cudaEventRecord(g_scratch[device_].done, stream_);
 }
 
 }  // namespace pathattn::cuda

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "pathattn/pathattn.h"
@@ -23,6 +24,12 @@ namespace pathattn::test {
     ASSERT_EQ(e_, cudaSuccess) << #call << ": " << cudaGetErrorString(e_) << " at " << __FILE__ \
                                << ":" << __LINE__;                                               \
   } while (0)
+
+// Where an ASSERT cannot stop the test (constructors, value-returning helpers): a failed call throws, naming it,
+// and gtest reports the exception as the test's failure.
+inline void dev_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
 
 inline bool have_cuda_device() {
   int ndev = 0;
@@ -57,26 +64,26 @@ struct DevBuf {
   char* base = nullptr;
   size_t bytes = 0;
   explicit DevBuf(size_t n) : bytes(n) {
-    if (cudaMalloc(&base, n + 2 * kGuard) != cudaSuccess) throw std::runtime_error("cudaMalloc failed");
-    cudaMemset(base, 0xA5, kGuard);
-    cudaMemset(base + kGuard, 0xFF, n);
-    cudaMemset(base + kGuard + n, 0xA5, kGuard);
+    dev_check(cudaMalloc(&base, n + 2 * kGuard), "cudaMalloc of a test buffer");
+    dev_check(cudaMemset(base, 0xA5, kGuard), "cudaMemset of a guard band");
+    dev_check(cudaMemset(base + kGuard, 0xFF, n), "cudaMemset of a test buffer");
+    dev_check(cudaMemset(base + kGuard + n, 0xA5, kGuard), "cudaMemset of a guard band");
   }
   DevBuf(const DevBuf&) = delete;
   DevBuf& operator=(const DevBuf&) = delete;
-  ~DevBuf() { cudaFree(base); }
+  ~DevBuf() { (void)cudaFree(base); }  // unchecked: a destructor may not throw
   void* data() const { return base + kGuard; }
-  void upload(const void* src) { cudaMemcpy(data(), src, bytes, cudaMemcpyHostToDevice); }
+  void upload(const void* src) { dev_check(cudaMemcpy(data(), src, bytes, cudaMemcpyHostToDevice), "upload"); }
   template <typename X>
   std::vector<X> download() const {
     std::vector<X> h(bytes / sizeof(X));
-    cudaMemcpy(h.data(), data(), bytes, cudaMemcpyDeviceToHost);
+    dev_check(cudaMemcpy(h.data(), data(), bytes, cudaMemcpyDeviceToHost), "download");
     return h;
   }
   bool guards_intact() const {
     std::vector<unsigned char> g(kGuard);
     for (size_t at : {size_t(0), kGuard + bytes}) {
-      cudaMemcpy(g.data(), base + at, kGuard, cudaMemcpyDeviceToHost);
+      dev_check(cudaMemcpy(g.data(), base + at, kGuard, cudaMemcpyDeviceToHost), "download of a guard band");
       for (unsigned char c : g)
         if (c != 0xA5) return false;
     }

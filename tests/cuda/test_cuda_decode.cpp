@@ -578,9 +578,9 @@ TEST(CudaDecode, ReplaysFromACudaGraphAsEagerCalls) {
   EXPECT_TRUE(same(oe.to_vector(), og.to_vector())) << "o of the last step";
   EXPECT_TRUE(same(le.to_vector(), lg.to_vector())) << "lse of the last step";
   EXPECT_EQ(count_nonfinite(og.to_vector()), 0);
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  cudaStreamDestroy(stream);
+  TEST_CUDA(cudaGraphExecDestroy(ge));
+  TEST_CUDA(cudaGraphDestroy(g));
+  TEST_CUDA(cudaStreamDestroy(stream));
 }
 
 }  // namespace
