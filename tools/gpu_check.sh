@@ -11,7 +11,8 @@
 #          tensor-core one (PATHATTN_DECODE_MMA=0, its sanitizers too), bench_decode_cuda (plain f32 and bf16
 #          caches, bf16 on the team kernel, the bf16 checkpointed cache on both and with the refresh on the CUDA
 #          cores (PATHATTN_DECODE_REFRESH_MMA=0, tested and sanitized too), the programmatic combine launch
-#          (PATHATTN_DECODE_PDL=1: tests, memcheck, f32 and bf16 benches), B = 1 split settings, then the
+#          (PATHATTN_DECODE_PDL=1: tests, memcheck, f32 and bf16 benches), the split plan's old counts beside
+#          the new (B = 1 bf16 at PATHATTN_DECODE_BLOCKS_PER_SM=2, B = 8 at PATHATTN_DECODE_SPLITS=17), then the
 #          f32 checkpointed cache with period DECODE_CKPT_PERIOD, default 64; DECODE_SKIP_CKPT=1 skips it;
 #          DECODE_SAN_FILTER: the sanitizers' gtest filter)
 #   ncu:   the gpu tests, then Nsight Compute on one 32 x 4096 (H 32, D 64) forward: each kernel once
