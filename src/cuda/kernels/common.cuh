@@ -105,7 +105,9 @@ __device__ __forceinline__ void cp_async_wait() {
 // may start while the kernel before it on the stream still runs, once every block of that one has called
 // pdl_launch_dependents (or exited); pdl_wait then blocks until the earlier kernel has completed and its writes are
 // visible. Without the attribute both are no-ops, so a kernel may carry them whichever way it is launched.
-__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void pdl_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 
 // Load a 16-bit element of either input dtype of w (f32 or bf16) as float.
