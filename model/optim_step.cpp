@@ -55,8 +55,7 @@ void adamw_step_foreach(torch::optim::AdamW& opt) {
         s->step(0);
         s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
         s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        state[key] = std::move(s);
-        it = state.find(key);
+        it = state.emplace(key, std::move(s)).first;
       }
       auto& s = static_cast<AdamWParamState&>(*it->second);
       s.step(s.step() + 1);

@@ -50,37 +50,36 @@ void expect_same(const std::vector<torch::Tensor>& a, const std::vector<torch::T
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << what << ", parameter " << i;
 }
 
-}  // namespace
-
-TEST(OptimStep, AdamWForeachIsTorchsAdamW) {
-  auto a = make_params(1), b = copies(a);
+// `steps` steps of torch's AdamW on one copy of the parameters and, on the other, the foreach step where
+// foreach_at(s) says so (torch's otherwise), the two copies compared after every step; returns torch's copy.
+template <typename F>
+std::vector<torch::Tensor> compare_steps(uint64_t seed, int steps, F foreach_at) {
+  auto a = make_params(seed), b = copies(a);
   torch::optim::AdamW oa(a, options()), ob(b, options());
-  for (int s = 0; s < 6; ++s) {
+  for (int s = 0; s < steps; ++s) {
     set_grads(a, s);
     set_grads(b, s);
     oa.step();
-    adamw_step_foreach(ob);
+    if (foreach_at(s))
+      adamw_step_foreach(ob);
+    else
+      ob.step();
     expect_same(a, b, "step " + std::to_string(s));
   }
+  return a;
+}
+
+}  // namespace
+
+TEST(OptimStep, AdamWForeachIsTorchsAdamW) {
+  const auto a = compare_steps(1, 6, [](int) { return true; });
   // The parameters moved (a test of equality between two steps that did nothing would pass too).
-  auto c = make_params(1);
-  EXPECT_FALSE(torch::equal(a[0], c[0]));
+  EXPECT_FALSE(torch::equal(a[0], make_params(1)[0]));
 }
 
 TEST(OptimStep, StateIsInterchangeableWithTorchsStep) {
   // Alternating the two steps on one optimizer equals torch's steps alone: the foreach step keeps torch's state.
-  auto a = make_params(2), b = copies(a);
-  torch::optim::AdamW oa(a, options()), ob(b, options());
-  for (int s = 0; s < 5; ++s) {
-    set_grads(a, s);
-    set_grads(b, s);
-    oa.step();
-    if (s % 2 == 0)
-      adamw_step_foreach(ob);
-    else
-      ob.step();
-  }
-  expect_same(a, b, "alternating");
+  compare_steps(2, 5, [](int s) { return s % 2 == 0; });
 }
 
 TEST(OptimStep, AmsgradIsRefused) {

@@ -17,7 +17,7 @@ PATHATTN_DECODE_CKPT_EXTERN(__half, 128)
 #undef PATHATTN_DECODE_CKPT_EXTERN
 
 int decode_split_blocks_per_sm(const DecodeParams& p, bool bf16_inputs, int D) {
-  return bf16_inputs && D == 128 && decode_mma() && decode_mma_fits(p) ? 1 : 2;
+  return D == 128 && decode_split_is_mma(p, bf16_inputs) ? 1 : 2;
 }
 
 template <typename T, int D, int kG>

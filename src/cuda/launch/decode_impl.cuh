@@ -66,6 +66,11 @@ inline bool rows_16b_aligned(const void* ptr, const Strides& s) {
 inline bool decode_mma_fits(const DecodeParams& p) {
   return p.ck_bf16 && p.cv_low && rows_16b_aligned(p.ck, p.sck) && rows_16b_aligned(p.cv, p.scv);
 }
+// Whether the split kernel is the tensor-core one for these inputs (bf16 inputs only): the launch below and the
+// plan's resident-block count (decode.cu decode_split_blocks_per_sm) ask the same question here.
+inline bool decode_split_is_mma(const DecodeParams& p, bool bf16_inputs) {
+  return bf16_inputs && decode_mma() && decode_mma_fits(p);
+}
 // The checkpointed cache's refresh on tensor cores for bf16 keys (kernels/decode_refresh_mma.cuh): the default
 // since it ran on the GPU (thirteenth session: 34/34 decode tests, sanitizers clean, the bf16 checkpointed step's
 // mean at D 128, B 64, 16k 1979 -> 1515 us). PATHATTN_DECODE_REFRESH_MMA=0 selects the CUDA-core refresh.
@@ -96,7 +101,7 @@ void launch_decode_steps(const DecodeParams& p, int S, cudaStream_t stream) {
   if constexpr (!kCkpt)
     if (decode_prefetch()) split = split_kernel_for<T, D, kG, false, true>(p);
   if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    if (decode_mma() && decode_mma_fits(p)) split = decode_split_mma_kernel<D, kCkpt>;
+    if (decode_split_is_mma(p, true)) split = decode_split_mma_kernel<D, kCkpt>;
   void (*refresh)(const DecodeParams) = nullptr;
   int refresh_smem = 0;
   if constexpr (kCkpt) {
