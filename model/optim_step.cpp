@@ -95,7 +95,7 @@ void clip_grad_norm_no_sync(const std::vector<torch::Tensor>& params, double max
     for (const auto& g : grads) norms.push_back(g.norm(2));
   }
   const torch::Tensor total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm(2);
-  const torch::Tensor coef = torch::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
+  const torch::Tensor coef = torch::clamp_max(max_norm / (total + 1e-6), 1.0);
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
   if (foreach) {
     at::_foreach_mul_(grads, coef);
