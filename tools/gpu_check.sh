@@ -27,9 +27,9 @@
 #          (a ~100M-parameter PaTH vs RoPE training step); SKIP_TRAIN_BENCH=1 stops after the tests; PYTEST_ARGS
 #          picks the tests (default tests/python); DECODE_BENCH=1 also runs bench/cuda/bench_decode.py (ours, fla,
 #          SDPA decode steps), DECODE_DRIFT=1 bench/cuda/decode_drift.py (f32 vs bf16 cache over 10,000 steps)
-#   fwd128: the D = 128 forward (wgmma, the default, and its one-E-slot instances, PATHATTN_FWD128=onee):
+#   fwd128: the D = 128 forward (wgmma: the one-E-slot default and the two-E-slot instances, PATHATTN_FWD128=twoe):
 #          test_cuda_forward, memcheck on its D = 128 cases, racecheck on a few small ones, with each; bench_fwd
-#          --only 128 with the older mma.sync kernel (PATHATTN_FWD128=mma), the default and onee
+#          --only 128 with the older mma.sync kernel (PATHATTN_FWD128=mma), twoe and the default
 #   bulk:  the backward's two ways of adding dQ^ / dP (bulk reductions, the fast mode's default, and float4 atomics,
 #          the deterministic mode's): test_cuda_backward with each forced in both modes (PATHATTN_BWD_BULK=1 / 0),
 #          memcheck + racecheck on small cases with the bulk one, then bench_fwd --bwd --only 64 with each (stages)
@@ -258,11 +258,12 @@ if [ "$MODE" = decode ]; then
   }
 fi
 if [ "$MODE" = fwd128 ]; then
-  # The D = 128 forward on wgmma: the forward tests (all of them) with the default kernel and with the one-E-slot
-  # instances (PATHATTN_FWD128=onee: two CTAs per SM), memcheck on the D = 128 cases, racecheck on a few small ones
-  # (all D = 128 cases take racecheck over 300 s) with each, then bench_fwd at D = 128 with the mma.sync kernel, the
-  # default and the one-E-slot one, in one run. FWD128_KERNELS picks the kernels tested (default "wgmma onee").
-  for k in ${FWD128_KERNELS:-wgmma onee}; do
+  # The D = 128 forward on wgmma: the forward tests (all of them) with the default kernel (one E slot, two CTAs per
+  # SM) and with the two-E-slot instances (PATHATTN_FWD128=twoe: one CTA per SM), memcheck on the D = 128 cases,
+  # racecheck on a few small ones (all D = 128 cases take racecheck over 300 s) with each, then bench_fwd at D = 128
+  # with the mma.sync kernel, twoe and the default, in one run. FWD128_KERNELS picks the kernels tested (default
+  # "default twoe"; "default" leaves PATHATTN_FWD128 unset in effect: no kernel has that name).
+  for k in ${FWD128_KERNELS:-default twoe}; do
     t0=$(date +%s)
     PATHATTN_FWD128=$k timeout 400 build-gpu/tests/cuda/test_cuda_forward > "$OUT/tests_fwd128_$k.log" 2>&1
     note "test_cuda_forward, PATHATTN_FWD128=$k: rc=$?, $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/tests_fwd128_$k.log" | tr '\n' ' ')($(( $(date +%s) - t0 )) s)"
@@ -275,7 +276,7 @@ if [ "$MODE" = fwd128 ]; then
       note "compute-sanitizer $tool (D 128, $k): rc=$?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_fwd128_${k}_$tool.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
     done
   done
-  for k in mma wgmma onee; do
+  for k in mma twoe default; do
     PATHATTN_FWD128=$k timeout 200 build-gpu/bench/cuda/bench_fwd --only 128 > "$OUT/bench_fwd128_$k.log" 2>&1
     note "bench_fwd --only 128, PATHATTN_FWD128=$k: rc=$?"
     grep -E '^#|^ +B|^ +[0-9]' "$OUT/bench_fwd128_$k.log" | tee -a "$SUMMARY"

@@ -19,9 +19,9 @@
 // D = 128: every D-wide operand is KH = 2 sub-tiles of 64 columns (a wgmma B operand's rows must be 128 bytes apart
 // in the swizzle), E = [D][D] four; a product over d takes its k16 steps from sub-tile kk / 4, an output of 128
 // columns is two m64n64 accumulators (the halves of Q~ or O). The diagonal block reads the same sub-tiles through
-// fwd_tiles.cuh's swz at ld = 64. 19 tiles (152 KB): one CTA per SM.
+// fwd_tiles.cuh's swz at ld = 64. 19 tiles (152 KB): one CTA per SM (PATHATTN_FWD128=twoe; kOneE below is the default).
 //
-// kOneE (D = 128 only; opt-in PATHATTN_FWD128=onee, launch/fwd.cu, until it has run on the GPU): one E slot shared
+// kOneE (D = 128 only; the default, launch/fwd.cu; PATHATTN_FWD128=twoe for the two slots): one E slot shared
 // by the two stages instead of one per stage, so 13 tiles (106 KB) and two CTAs per SM: with one CTA of one
 // warpgroup the tensor cores idle through every softmax and every wait, and a second CTA fills those gaps as the
 // D = 64 kernel's co-resident CTAs do. The slot holds the diagonal's W and U first (the E slot is 4 tiles, W and U

@@ -3,11 +3,11 @@
 // query heads of one kv head on one chunk, then the next chunk of the schedule `order` (api.cu: a sequence's
 // chunks from the last to the first), so resident CTAs share key chunks in L2 and the grid ends on short work.
 //
-// D = 64 and D = 128 run the warpgroup (wgmma) kernel, kernels/fwd_wgmma.cuh (at D = 128 one CTA per SM, 152 KB of
-// tiles: measured 1.4-2.1x faster than the mma.sync kernel on the H200, docs/perf/results.md "Forward at D = 128 on
-// wgmma"). PATHATTN_FWD128=mma selects the mma.sync kernel, kernels/fwd.cuh, at D = 128: the A/B of
-// tools/gpu_check.sh fwd128, kept while the D = 128 wgmma kernel is new. PATHATTN_FWD128=onee selects the wgmma
-// kernel's kOneE instances (one E slot, two CTAs per SM; opt-in until measured).
+// D = 64 and D = 128 run the warpgroup (wgmma) kernel, kernels/fwd_wgmma.cuh. At D = 128 its kOneE instances (one E
+// slot, 106 KB, two CTAs per SM) are the default: measured 16-19% faster than the two-E-slot ones (152 KB, one CTA
+// per SM) on the H200, which were 1.4-2.1x faster than the mma.sync kernel (docs/perf/results.md, "fourteenth
+// session" and "Forward at D = 128 on wgmma"). For the A/B of tools/gpu_check.sh fwd128, PATHATTN_FWD128=twoe
+// selects the two-E-slot instances and PATHATTN_FWD128=mma the mma.sync kernel, kernels/fwd.cuh.
 #include <cstdlib>
 #include <string>
 
@@ -19,7 +19,7 @@
 
 namespace pathattn::cuda {
 
-// The D = 128 kernel PATHATTN_FWD128 names: "mma", "onee", or anything else (unset): the default wgmma kernel.
+// The D = 128 kernel PATHATTN_FWD128 names: "mma", "twoe", or anything else (unset): the default (one E slot).
 bool fwd128_is(const char* name) {
   static const std::string chosen = [] {
     const char* e = std::getenv("PATHATTN_FWD128");
@@ -47,10 +47,10 @@ template <typename T, int D, bool kGate>
 void launch_fwd(const FwdParams& p, cudaStream_t stream) {
   if constexpr (D == 64) {
     launch_fwd_wgmma<T, D, kGate>(p, stream);
-  } else if (fwd128_is("onee")) {
-    launch_fwd_wgmma<T, D, kGate, true>(p, stream);
+  } else if (fwd128_is("twoe")) {
+    launch_fwd_wgmma<T, D, kGate, false>(p, stream);
   } else if (!fwd128_is("mma")) {
-    launch_fwd_wgmma<T, D, kGate>(p, stream);
+    launch_fwd_wgmma<T, D, kGate, true>(p, stream);
   } else {
     const int64_t blocks = static_cast<int64_t>(p.num_chunks) * p.HQ;
     constexpr int bytes = FwdSmem<D>::kBytes;
