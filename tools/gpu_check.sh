@@ -34,6 +34,10 @@
 #          the deterministic mode's): test_cuda_backward with each forced in both modes (PATHATTN_BWD_BULK=1 / 0),
 #          memcheck + racecheck on small cases with the bulk one, then bench_fwd --bwd --only 64 with each (stages)
 #   model: only the model's bench_step
+#   local: the chunk-local backward's products in plain TF32 (PATHATTN_BWD_LOCAL=tf32) against the 3xTF32 default:
+#          test_cuda_backward with each (every case's error ratios in errors_bwd_{3x,tf32}.log, the worst per
+#          gradient in the summary), memcheck on small cases with tf32, bench_fwd --bwd with stage times for each,
+#          and ncu (scheduler and warp-state sections) on one bwd_local launch of each (NCU_SHAPE, default 8,4096,32,64)
 #   workspace: the scratch limit (Inputs::cuda_workspace_limit, docs/cuda.md "Workspace limit"): its gpu test
 #          (one kv head per call gives the same bits), memcheck + racecheck on it, then bench_fwd --bwd with no limit
 #          (PATHATTN_CUDA_WORKSPACE_MB=0) and with WORKSPACE_MB (default 1024), and each call's cut (the workspace
@@ -329,6 +333,38 @@ if [ "$MODE" = ncu ]; then
   grep -E "^  [a-z_]+.*\(|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Warp Cycles Per Issued|Issued Ipc|No Eligible|Stall|Shared Memory Configuration|Dynamic Shared" "$OUT/ncu.txt" | head -120 | tee -a "$SUMMARY"
 fi
 
+if [ "$MODE" = local ]; then
+  # The worst ratio to its bound per gradient over a test log's cases.
+  worst() { awk '/ratio to bound/{r=$NF; sub(/\)/,"",r); if (r+0 > m[$1]+0) m[$1]=r} END{for (k in m) printf "%s %s  ", k, m[k]; print ""}' "$1"; }
+  for v in 3x tf32; do
+    t0=$(date +%s)
+    # (the 3x default ran the T = 16384 case in every earlier session: left out here for time)
+    F=(); [ $v = 3x ] && F=(--gtest_filter=-Long/*)
+    PATHATTN_BWD_LOCAL=$v timeout 420 build-gpu/tests/cuda/test_cuda_backward "${F[@]}" > "$OUT/errors_bwd_$v.log" 2>&1
+    note "test_cuda_backward, PATHATTN_BWD_LOCAL=$v: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/errors_bwd_$v.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
+    grep -E '^\[  FAILED  \]' "$OUT/errors_bwd_$v.log" | head -20 | tee -a "$SUMMARY"
+    note "  worst ratio to bound: $(worst "$OUT/errors_bwd_$v.log")"
+  done
+  t0=$(date +%s)
+  PATHATTN_BWD_LOCAL=tf32 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 build-gpu/tests/cuda/test_cuda_backward \
+    --gtest_filter='*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16' \
+    > "$OUT/sanitizer_local_tf32.log" 2>&1
+  note "compute-sanitizer memcheck (tf32): rc=$?, $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer_local_tf32.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+  for v in 3x tf32; do
+    PATHATTN_BWD_LOCAL=$v PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --iters 5 > "$OUT/bench_$v.log" 2>&1
+    note "bench_fwd --bwd, PATHATTN_BWD_LOCAL=$v: rc=$?"
+    awk '/profile\]/{line=line" "$3"="$4} /^ +[0-9]/{print $0; print "   stages:" line; line=""; next} /^#|^ +B/' "$OUT/bench_$v.log" | tee -a "$SUMMARY"
+  done
+  if [ "${NO_NCU:-0}" != 1 ]; then
+    for v in 3x tf32; do
+      PATHATTN_BWD_LOCAL=$v timeout 200 ncu --clock-control none -k "regex:bwd_local" --launch-skip 1 --launch-count 1 \
+        --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+        --section InstructionStats build-gpu/bench/cuda/bench_fwd --bwd --iters 1 --shape ${NCU_SHAPE:-8,4096,32,64} > "$OUT/ncu_local_$v.txt" 2>&1
+      note "ncu bwd_local ($v): rc=$?"
+      grep -E "Duration|Executed Ipc|Issued Ipc|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Executed Instructions  |Stall" "$OUT/ncu_local_$v.txt" | head -24 | tee -a "$SUMMARY"
+    done
+  fi
+fi
 if [ "$MODE" = bwd ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
   t0=$(date +%s)
   PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --iters 5 --csv "$OUT/ours.csv" > "$OUT/bench.log" 2>&1

@@ -69,8 +69,11 @@ __device__ __forceinline__ Y from_f(float x) {
 
 
 // Which operands of a product hold values exact in TF32 (staged from bf16 / f16 inputs: q, k, v, do), so that
-// 3xTF32 needs no low part for them (tf32.cuh, mma_split_a).
-enum Exact { kNone = 0, kA = 1, kB = 2, kAB = 3 };
+// 3xTF32 needs no low part for them (tf32.cuh, mma_split_a). kTf32 makes the product one plain TF32 product:
+// operands rounded to TF32 (round to nearest), no low parts, one mma per tile instead of up to three. The split
+// costs most of a 3xTF32 product's instructions (per k-step and warp ~24 of ~34: the products are issue-bound,
+// docs/perf/notes.md), and docs/spec.md §6 allows low-precision tensor-core operands with f32 accumulation.
+enum Exact { kNone = 0, kA = 1, kB = 2, kAB = 3, kTf32 = 4 };
 // How each operand is stored: kAK, A(i, k) = A[i lda + k] (else A[k lda + i]); kBK, B(k, j) = B[j ldb + k] (else
 // B[k ldb + j]). A product reads an operand whose k is contiguous with float2 loads along k.
 enum Layout { kAKBK = 3, kAK = 1, kBK = 2, kANBN = 0 };
@@ -94,7 +97,9 @@ __device__ __forceinline__ void mm_nosync(float* Cm, int ldc, const TA* A, int l
   constexpr int NT = N / (8 * kGroups);         // n tiles of 8 per warp
   constexpr int KB = NT >= 8 ? 2 : 4;           // k-steps per load batch (registers: KB (4 + 2 NT) floats)
   static_assert(K % (8 * KB) == 0, "K must be a multiple of the load batch");
-  constexpr bool kAx = (kExact & kA) != 0, kBx = (kExact & kB) != 0;
+  constexpr bool k1x = (kExact & kTf32) != 0;                  // one TF32 product (see Exact)
+  constexpr bool kAe = (kExact & kA) != 0, kBe = (kExact & kB) != 0;  // exact in TF32 as stored
+  constexpr bool kAx = k1x || kAe, kBx = k1x || kBe;                  // no low part
   constexpr bool kAk = (kLayout & kAK) != 0, kBk = (kLayout & kBK) != 0;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int r0 = 16 * (warp % 4), c0 = (warp / 4) * (N / kGroups);
@@ -138,11 +143,17 @@ __device__ __forceinline__ void mm_nosync(float* Cm, int ldc, const TA* A, int l
       uint32_t ah[4], al[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        ah[i] = kAx ? __float_as_uint(a[kb][i]) : tf32_bits(a[kb][i]);
+        ah[i] = kAe ? __float_as_uint(a[kb][i]) : tf32_bits(a[kb][i]);
         al[i] = kAx ? 0u : tf32_bits(a[kb][i] - __uint_as_float(ah[i]));
       }
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) mma_split_a<kAx, kBx>(acc[nt], ah, al, b[kb][nt][0], b[kb][nt][1]);
+      for (int nt = 0; nt < NT; ++nt) {
+        if constexpr (k1x && !kBe) {  // round to nearest (mma would drop the low bits of an unrounded operand)
+          b[kb][nt][0] = tf32(b[kb][nt][0]);
+          b[kb][nt][1] = tf32(b[kb][nt][1]);
+        }
+        mma_split_a<kAx, kBx>(acc[nt], ah, al, b[kb][nt][0], b[kb][nt][1]);
+      }
     }
   }
 #pragma unroll
@@ -294,10 +305,14 @@ constexpr int bwd_local_smem_bytes() {
 // kernel is a chain of ~40 small dependent products with a barrier after each, so the other CTA's products fill
 // the waits. D = 64: one CTA of 512 threads per SM (218 KB: the operands in shared memory), 128 registers.
 // Launched with LocalTiles<D>::kThreads threads.
-template <typename T, int D, bool kGate>
+// kOneTf32: every product one plain TF32 product (Exact's kTf32) instead of 3xTF32; the UT solve and the element-wise
+// steps stay f32 either way (launch/bwd_impl.cuh local_tf32 picks the instance).
+template <typename T, int D, bool kGate, bool kOneTf32>
 __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_detail::LocalTiles<D>::kInSmem ? 1 : 2)
     bwd_local_kernel(const BwdParams p) {
   using namespace local_detail;
+  // The products' precision bit, or-ed into every product's Exact flags below.
+  constexpr int X = kOneTf32 ? local_detail::kTf32 : 0;
   static_assert(!std::is_same_v<T, float>, "the Exact flags below assume q, k, v, do in bf16 or f16");
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ float smem[];
@@ -374,8 +389,8 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       bW[r * LD + d] = sBeta[r] * W[r * LD + d];
     }
     if (!(p.timing_skip & 256)) {
-      mm_nosync<NW, C, D, kNone, kAKBK>(s0, LC, W, LD, W, LD, 1.f, false);  // W W^T
-      mm<NW, C, D, kB, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);   // W K^T
+      mm_nosync<NW, C, D, kNone | X, kAKBK>(s0, LC, W, LD, W, LD, 1.f, false);  // W W^T
+      mm<NW, C, D, kB | X, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);   // W K^T
       for (int e = tid; e < C * C; e += kThreads) {  // A = b strict_lower(W W^T), Y = b strict_lower(W K^T)
         const int i = e / C, j = e % C;
         s0[i * LC + j] = j < i ? sBeta[i] * s0[i * LC + j] : 0.f;
@@ -384,20 +399,20 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
     __syncthreads();
     if (!(p.timing_skip & 16)) ut_solve_f32_x4<C>(s0, LC, sT, LC);  // T = (I + A)^{-1} (Eq. 10)
     __syncthreads();
-    mm_nosync<NW, C, C, kNone, kAK>(sKc, LC, sT, LC, s1, LC, 1.f, false);  // Kcorr = T Y
-    mm<NW, D, C, kNone, kAK>(U, LD, sT, LC, bW, LD, 1.f, false);     // U = T b W
+    mm_nosync<NW, C, C, kNone | X, kAK>(sKc, LC, sT, LC, s1, LC, 1.f, false);  // Kcorr = T Y
+    mm<NW, D, C, kNone | X, kAK>(U, LD, sT, LC, bW, LD, 1.f, false);     // U = T b W
     }
 
     // ---- The chunk product P = I - W^T U (Eq. 11): dW = -U dP^T, dU = -W dP (Eq. 34).
     const float* dP = p.dpacc + fac * D * D;
     float* dk = p.dkacc + fac * C * D;
     if (!(p.timing_skip & 128)) {
-      mm_nosync<NW, D, D, kNone, kAKBK>(dW, D, U, LD, dP, D, -1.f, false);
-      mm<NW, D, D, kNone, kAK>(dU, D, W, LD, dP, D, -1.f, false);
+      mm_nosync<NW, D, D, kNone | X, kAKBK>(dW, D, U, LD, dP, D, -1.f, false);
+      mm<NW, D, D, kNone | X, kAK>(dU, D, W, LD, dP, D, -1.f, false);
       // ---- K^ = K - Kcorr^T W (Eq. 14): dk += dK^ (dkacc holds dK^ and becomes dk), dKcorr = -W dK^^T,
       // dW -= Kcorr dK^ (Eq. 29).
-      mm_nosync<NW, C, D, kNone, kAKBK>(dKc, C, W, LD, dk, D, -1.f, false);
-      mm<NW, D, C, kNone, kAK>(dW, D, sKc, LC, dk, D, -1.f, true);
+      mm_nosync<NW, C, D, kNone | X, kAKBK>(dKc, C, W, LD, dk, D, -1.f, false);
+      mm<NW, D, C, kNone | X, kAK>(dW, D, sKc, LC, dk, D, -1.f, true);
     }
 
     // ---- Per query head: the diagonal block and the query side (Eq. 12, 13, 24-28).
@@ -420,11 +435,11 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
         sG[tid] = kGate ? p.ws.gl[qrow * C + tid] : 0.f;
       }
       __syncthreads();
-      mm_nosync<NW, C, D, kA, kAKBK>(s0, LC, Q, LD, W, LD, 1.f, false);    // Q W^T
-      mm<NW, C, D, kAB, kAKBK>(s1, LC, Q, LD, K, LD, 1.f, false);  // Q K^T
+      mm_nosync<NW, C, D, kA | X, kAKBK>(s0, LC, Q, LD, W, LD, 1.f, false);    // Q W^T
+      mm<NW, C, D, kAB | X, kAKBK>(s1, LC, Q, LD, K, LD, 1.f, false);  // Q K^T
       mask2(s0, s1, [](int i, int jj) { return jj <= i; });  // QWl = lower(Q W^T), lower(Q K^T)
-      mm_nosync<NW, C, C, kNone, kAK>(s1, LC, s0, LC, sKc, LC, -1.f, true);  // S -= QWl Kcorr (Eq. 12)
-      mm<NW, C, D, kAB, kAKBK>(s2, LC, dO, LD, V, LD, 1.f, false);    // dO V^T
+      mm_nosync<NW, C, C, kNone | X, kAK>(s1, LC, s0, LC, sKc, LC, -1.f, true);  // S -= QWl Kcorr (Eq. 12)
+      mm<NW, C, D, kAB | X, kAKBK>(s2, LC, dO, LD, V, LD, 1.f, false);    // dO V^T
       // P = exp(l - lse) and dl = P (dO V^T - delta) on the causal part (Eq. 19-20); in base 2.
       for (int e = tid; e < C * C; e += kThreads) {
         const int i = e / C, jj = e % C;
@@ -434,8 +449,8 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
         s2[i * LC + jj] = pr * (s2[i * LC + jj] - sDelta[i]);
       }
       __syncthreads();
-      mm_nosync<NW, D, C, kB, kANBN>(p.dvacc + fac * C * D, D, s1, LC, dO, LD, 1.f, true);  // dV += P^T dO (Eq. 5)
-      mm<NW, C, D, kNone, kAKBK>(s3, LC, dq, ldq, U, LD, -1.f, false);  // Q^ = Q - QWl U: dQWl = -dQ^ U^T (Eq. 26)
+      mm_nosync<NW, D, C, kB | X, kANBN>(p.dvacc + fac * C * D, D, s1, LC, dO, LD, 1.f, true);  // dV += P^T dO (Eq. 5)
+      mm<NW, C, D, kNone | X, kAKBK>(s3, LC, dq, ldq, U, LD, -1.f, false);  // Q^ = Q - QWl U: dQWl = -dQ^ U^T (Eq. 26)
       if constexpr (kGate) {
         // dG_t = sum_j dl_tj - sum_i dl_it (Eq. 7): the main kernel added the row sums over earlier key chunks
         // (dgrow) and stored minus the column sums over later query chunks (dgacc); this adds the diagonal block's.
@@ -451,46 +466,46 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       }
       for (int e = tid; e < C * C; e += kThreads) s2[(e / C) * LC + e % C] *= p.scale;  // ds = scale dl (Eq. 6)
       __syncthreads();
-      mm_nosync<NW, D, C, kNone, kANBN>(dU, D, s0, LC, dq, ldq, -1.f, true);  // dU -= QWl^T dQ^
-      mm<NW, C, C, kNone, kANBN>(dKc, C, s0, LC, s2, LC, -1.f, true);  // S: dKcorr -= QWl^T dS (Eq. 27)
-      mm_nosync<NW, D, C, kB, kAK>(dq, ldq, s2, LC, K, LD, 1.f, true);  // dq += dQ^ (in place) + dS K
-      mm<NW, C, C, kNone, kAKBK>(s3, LC, s2, LC, sKc, LC, -1.f, true);  // dQWl -= dS Kcorr^T
+      mm_nosync<NW, D, C, kNone | X, kANBN>(dU, D, s0, LC, dq, ldq, -1.f, true);  // dU -= QWl^T dQ^
+      mm<NW, C, C, kNone | X, kANBN>(dKc, C, s0, LC, s2, LC, -1.f, true);  // S: dKcorr -= QWl^T dS (Eq. 27)
+      mm_nosync<NW, D, C, kB | X, kAK>(dq, ldq, s2, LC, K, LD, 1.f, true);  // dq += dQ^ (in place) + dS K
+      mm<NW, C, C, kNone | X, kAKBK>(s3, LC, s2, LC, sKc, LC, -1.f, true);  // dQWl -= dS Kcorr^T
       mask(s3, [](int i, int jj) { return jj <= i; });
-      mm_nosync<NW, D, C, kB, kANBN>(dk, D, s2, LC, Q, LD, 1.f, true);   // dk += dS^T Q
-      mm<NW, D, C, kNone, kAK>(dq, ldq, s3, LC, W, LD, 1.f, true);  // QWl: dq += dQWl W (Eq. 28)
-      mm<NW, D, C, kB, kANBN>(dW, D, s3, LC, Q, LD, 1.f, true);  //      dW += dQWl^T Q
+      mm_nosync<NW, D, C, kB | X, kANBN>(dk, D, s2, LC, Q, LD, 1.f, true);   // dk += dS^T Q
+      mm<NW, D, C, kNone | X, kAK>(dq, ldq, s3, LC, W, LD, 1.f, true);  // QWl: dq += dQWl W (Eq. 28)
+      mm<NW, D, C, kB | X, kANBN>(dW, D, s3, LC, Q, LD, 1.f, true);  //      dW += dQWl^T Q
       write_rows<D>(static_cast<T*>(p.dq) + ci.b * p.sdq.b + (int64_t)ci.t0 * p.sdq.t + hq * p.sdq.h, p.sdq.t, dq, ldq, n);
       if constexpr (Tiles::kInSmem) __syncthreads();  // the next head stages its dQ^ into sDq
     }
 
     // ---- Key side: Kcorr = T Y, U = T b W, T = (I + A)^{-1} (Eq. 29, 30).
     if (!(p.timing_skip & 64)) {
-      mm<NW, C, D, kB, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);  // M = W K^T
+      mm<NW, C, D, kB | X, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);  // M = W K^T
       for (int e = tid; e < C * C; e += kThreads) {       // Y = b strict_lower(M) again (not kept: shared memory)
         const int i = e / C, j = e % C;
         s3[i * LC + j] = j < i ? sBeta[i] * s1[i * LC + j] : 0.f;
     }
     __syncthreads();
-    mm_nosync<NW, C, C, kNone, kAKBK>(s0, LC, dKc, C, s3, LC, 1.f, false);   // dT = dKcorr Y^T
-    mm<NW, C, C, kNone, kANBN>(s2, LC, sT, LC, dKc, C, 1.f, false);  // dY = T^T dKcorr
+    mm_nosync<NW, C, C, kNone | X, kAKBK>(s0, LC, dKc, C, s3, LC, 1.f, false);   // dT = dKcorr Y^T
+    mm<NW, C, C, kNone | X, kANBN>(s2, LC, sT, LC, dKc, C, 1.f, false);  // dY = T^T dKcorr
     strict_lower_beta_backward(s2, s1, sBeta, sDbeta);  // Y = b strict_lower(M): dbeta, then dM = b dY
-    mm_nosync<NW, D, C, kB, kAK>(dW, D, s2, LC, K, LD, 1.f, true);       // dW += dM K
-    mm<NW, D, C, kNone, kANBN>(dk, D, s2, LC, W, LD, 1.f, true);  // dk += dM^T W
-    mm_nosync<NW, C, D, kNone, kAKBK>(s0, LC, dU, D, bW, LD, 1.f, true);    // dT += dU (b W)^T
-    mm<NW, D, C, kNone, kANBN>(dbW, D, sT, LC, dU, D, 1.f, false);  // d(bW) = T^T dU
+    mm_nosync<NW, D, C, kB | X, kAK>(dW, D, s2, LC, K, LD, 1.f, true);       // dW += dM K
+    mm<NW, D, C, kNone | X, kANBN>(dk, D, s2, LC, W, LD, 1.f, true);  // dk += dM^T W
+    mm_nosync<NW, C, D, kNone | X, kAKBK>(s0, LC, dU, D, bW, LD, 1.f, true);    // dT += dU (b W)^T
+    mm<NW, D, C, kNone | X, kANBN>(dbW, D, sT, LC, dU, D, 1.f, false);  // d(bW) = T^T dU
     add_row_dots<D>(sDbeta, dbW, D, W, LD);
     for (int e = tid; e < C * D; e += kThreads) dW[e] += sBeta[e / D] * dbW[e];
     __syncthreads();
-    mm_nosync<NW, C, C, kNone, kANBN>(s2, LC, sT, LC, s0, LC, 1.f, false);  // T^T dT
-    mm<NW, C, D, kNone, kAKBK>(s1, LC, W, LD, W, LD, 1.f, false);    // W W^T
-    mm<NW, C, C, kNone, kAKBK>(s3, LC, s2, LC, sT, LC, -1.f, false);  // dA = -T^T dT T^T (Eq. 30)
+    mm_nosync<NW, C, C, kNone | X, kANBN>(s2, LC, sT, LC, s0, LC, 1.f, false);  // T^T dT
+    mm<NW, C, D, kNone | X, kAKBK>(s1, LC, W, LD, W, LD, 1.f, false);    // W W^T
+    mm<NW, C, C, kNone | X, kAKBK>(s3, LC, s2, LC, sT, LC, -1.f, false);  // dA = -T^T dT T^T (Eq. 30)
     strict_lower_beta_backward(s3, s1, sBeta, sDbeta);  // A = b strict_lower(W W^T): dbeta, then dN = b dA
     for (int e = tid; e < C * C; e += kThreads) {  // dN + dN^T
       const int i = e / C, j = e % C;
       s2[i * LC + j] = s3[i * LC + j] + s3[j * LC + i];
     }
     __syncthreads();
-    mm<NW, D, C, kNone, kAK>(dW, D, s2, LC, W, LD, 1.f, true);  // dW += (dN + dN^T) W
+    mm<NW, D, C, kNone | X, kAK>(dW, D, s2, LC, W, LD, 1.f, true);  // dW += (dN + dN^T) W
     }
 
     // ---- Final writes (rows of the chunk).

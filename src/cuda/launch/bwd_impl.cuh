@@ -64,6 +64,21 @@ auto wgmma_main_instance() {
   return bulk_reduce_for<kDet>() ? bwd_main_wgmma_kernel<T, kGate, kDet, true> : bwd_main_wgmma_kernel<T, kGate, kDet, false>;
 }
 
+// The chunk-local kernel's products: 3xTF32 (~f32, the default) or one plain TF32 product each
+// (PATHATTN_BWD_LOCAL=tf32; bwd_local.cuh, Exact's kTf32). An A/B switch until the GPU tests and timings of both
+// decide (docs/perf/notes.md, "bwd_local in plain TF32").
+inline bool local_tf32() {
+  static const bool on = [] {
+    const char* e = std::getenv("PATHATTN_BWD_LOCAL");
+    return e && std::strcmp(e, "tf32") == 0;
+  }();
+  return on;
+}
+template <typename T, int D, bool kGate>
+auto local_instance() {
+  return local_tf32() ? bwd_local_kernel<T, D, kGate, true> : bwd_local_kernel<T, D, kGate, false>;
+}
+
 }  // namespace bwd_launch_detail
 
 template <typename T, int D, bool kGate, bool kDet>
@@ -78,7 +93,7 @@ BwdGrid bwd_grid(int group) {
   if (!g.wgmma_main)
     g.main_ctas = bwd_launch_detail::resident(bwd_main_kernel<T, D, kGate, kDet>, 128, BwdMainSmem<D>::bytes(group, kGate),
                                               "bwd_main_kernel");
-  g.local_ctas = bwd_launch_detail::resident(bwd_local_kernel<T, D, kGate>, local_detail::LocalTiles<D>::kThreads,
+  g.local_ctas = bwd_launch_detail::resident(bwd_launch_detail::local_instance<T, D, kGate>(), local_detail::LocalTiles<D>::kThreads,
                                              bwd_local_smem_bytes<D>(), "bwd_local_kernel");
   return g;
 }
@@ -117,8 +132,9 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
   mark("bwd_main");
   {
     constexpr int bytes = bwd_local_smem_bytes<D>();
-    CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<T, D, kGate>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    bwd_local_kernel<T, D, kGate><<<grid.local_ctas, local_detail::LocalTiles<D>::kThreads, bytes, stream>>>(p);
+    const auto kernel = bwd_launch_detail::local_instance<T, D, kGate>();
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    kernel<<<grid.local_ctas, local_detail::LocalTiles<D>::kThreads, bytes, stream>>>(p);
     CUDA_CHECK_LAUNCH("bwd_local_kernel");
   }
   mark("bwd_local");
