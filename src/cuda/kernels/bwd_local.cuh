@@ -3,8 +3,9 @@
 // quantities (Q^, S, K^, U, M and the UT solve T), the chunk product's gradient dP_j from the main kernel turned
 // into dW, dU (Eq. 34), and the final writes of dq, dk, dv, dw, dbeta (and dG's diagonal part).
 //
-// Everything is f32 (docs/spec.md §6: beta, w, the solve and the factors stay f32), the products on the tensor cores in
-// 3xTF32 (mm below), C x C matrices in shared memory. The C x D operands (W, b W, U, K, V and per query head Q, dO,
+// Everything is f32 (docs/spec.md §6: beta, w, the solve and the factors stay f32), the products on the tensor cores
+// (mm below) in plain TF32 for bf16 inputs and 3xTF32 (~f32) for f16 (kOneTf32; why, launch/bwd_impl.cuh
+// local_tf32), C x C matrices in shared memory. The C x D operands (W, b W, U, K, V and per query head Q, dO,
 // dQ^; K, V, Q, dO kept in the inputs' 16-bit type, which is exact) are in shared memory too at D = 64 (LocalTiles:
 // one CTA of 512 threads per SM, 218 KB), in the CTA's scratch slot in global memory at D = 128 (two CTAs of 256);
 // the accumulators dU, d(bW), dW, dKcorr stay in the scratch slot, dK^, dV, dP in the workspace, which this kernel

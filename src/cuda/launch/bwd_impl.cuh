@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "cuda/check.h"
 #include "cuda/kernels/bwd_local.cuh"
@@ -64,19 +65,23 @@ auto wgmma_main_instance() {
   return bulk_reduce_for<kDet>() ? bwd_main_wgmma_kernel<T, kGate, kDet, true> : bwd_main_wgmma_kernel<T, kGate, kDet, false>;
 }
 
-// The chunk-local kernel's products: 3xTF32 (~f32, the default) or one plain TF32 product each
-// (PATHATTN_BWD_LOCAL=tf32; bwd_local.cuh, Exact's kTf32). An A/B switch until the GPU tests and timings of both
-// decide (docs/perf/notes.md, "bwd_local in plain TF32").
-inline bool local_tf32() {
-  static const bool on = [] {
+// The chunk-local kernel's products: one plain TF32 product each for bf16 inputs, 3xTF32 (~f32) for f16
+// (bwd_local.cuh, Exact's kTf32). Measured on the H200 (docs/perf/notes.md, "bwd_local in plain TF32"): bwd_local
+// 63.9 -> 45.9 ms at 32 x 4096, D 64 (44.7 -> 39.1 at D 128), every backward test passing either way; but with f16
+// inputs, whose 11 significant bits are TF32's own, dw and dbeta came to 0.96 of their bound at T = 1000 (0.77
+// with 3xTF32), while bf16's 8 bits leave TF32 products 8x more precise than the inputs (bf16 cases unchanged,
+// 0.77 either way). PATHATTN_BWD_LOCAL=3x / =tf32 forces one kind for every dtype (A/B runs).
+template <typename T>
+bool local_tf32() {
+  static const int forced = [] {
     const char* e = std::getenv("PATHATTN_BWD_LOCAL");
-    return e && std::strcmp(e, "tf32") == 0;
+    return !e ? -1 : std::strcmp(e, "tf32") == 0 ? 1 : std::strcmp(e, "3x") == 0 ? 0 : -1;
   }();
-  return on;
+  return forced < 0 ? std::is_same_v<T, __nv_bfloat16> : forced == 1;
 }
 template <typename T, int D, bool kGate>
 auto local_instance() {
-  return local_tf32() ? bwd_local_kernel<T, D, kGate, true> : bwd_local_kernel<T, D, kGate, false>;
+  return local_tf32<T>() ? bwd_local_kernel<T, D, kGate, true> : bwd_local_kernel<T, D, kGate, false>;
 }
 
 }  // namespace bwd_launch_detail
