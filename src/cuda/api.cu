@@ -241,6 +241,9 @@ struct BwdBuffers {
   int count_q, count_p, next_task, dohat, slots, local;
 };
 
+// The main kernel's slots: one per CTA, two with the two-key-chunk kernel (one per warpgroup).
+int main_slots(const BwdGrid& grid) { return grid.main_ctas * (grid.pair_main ? 2 : 1); }
+
 BwdBuffers declare_backward(Workspace& ws, const Problem& p, const Plan& plan, const BwdGrid& grid) {
   const int NC = static_cast<int>(plan.chunks.size());
   const int64_t D = p.D;
@@ -261,7 +264,7 @@ BwdBuffers declare_backward(Workspace& ws, const Problem& p, const Plan& plan, c
   b.count_p = ws.add("count_p", static_cast<std::size_t>(NC) * p.H * 4);
   b.next_task = ws.add("next_task", 4);
   b.dohat = grid.wgmma_main ? ws.add("dohat", q_rows * D * 2) : -1;
-  b.slots = ws.add("slots", static_cast<std::size_t>(grid.main_ctas) * plan.max_chunks * kChunk * D * 2);
+  b.slots = ws.add("slots", static_cast<std::size_t>(main_slots(grid)) * plan.max_chunks * kChunk * D * 2);
   b.local = ws.add("local scratch", static_cast<std::size_t>(grid.local_ctas) * kLocalTiles * kChunk * D * 4);
   return b;
 }
@@ -279,14 +282,14 @@ BwdGrid grid_for(const BwdGrid& resident, const Problem& p, const Plan& plan) {
 void backward_heads(const Problem& p, const Inputs& in, const TensorView& o, const TensorView& lse,
                     const TensorView& dout, const TensorView& dlse, const Gradients& grads,
                     const std::vector<Segment>& segs, int pair_group, const BwdGrid& resident, cudaStream_t stream) {
-  const Plan plan = make_plan(segs, static_cast<int>(p.H), true, pair_group);
+  const Plan plan = make_plan(segs, static_cast<int>(p.H), true, pair_group, resident.pair_main ? 2 : 1);
   const int NC = static_cast<int>(plan.chunks.size());
   if (NC == 0) return;
   check_32bit(p, NC, "backward");
   const int D = static_cast<int>(p.D);
   const BwdGrid grid = grid_for(resident, p, plan);
-  if (static_cast<int64_t>(grid.main_ctas) * plan.max_chunks * kChunk > INT32_MAX)
-    throw Error("pathattn: cuda backward: " + std::to_string(grid.main_ctas) + " slots x " +
+  if (static_cast<int64_t>(main_slots(grid)) * plan.max_chunks * kChunk > INT32_MAX)
+    throw Error("pathattn: cuda backward: " + std::to_string(main_slots(grid)) + " slots x " +
                 std::to_string(plan.max_chunks * kChunk) + " rows exceed the kernels' 32-bit coordinates (2^31 - 1)");
 
   Workspace ws;
@@ -361,7 +364,7 @@ void backward(const Problem& p, const Inputs& in, const TensorView& o, const Ten
   // across heads are GQA's over the query heads of one kv head, which stay in one slice: the same bits either way.
   const auto bytes = [&](int64_t n) {
     const Problem ps = slice_problem(p, {0, n});
-    const Plan plan = make_plan(segs, static_cast<int>(n), true, pair_group);
+    const Plan plan = make_plan(segs, static_cast<int>(n), true, pair_group, resident.pair_main ? 2 : 1);
     Workspace ws;
     declare_backward(ws, ps, plan, grid_for(resident, ps, plan));
     return ws.total();

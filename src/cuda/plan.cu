@@ -38,7 +38,7 @@ std::vector<Segment> sequences(const Problem& p, const Inputs& in, void* stream_
   return s;
 }
 
-Plan make_plan(const std::vector<Segment>& segs, int H, bool backward, int pair_group) {
+Plan make_plan(const std::vector<Segment>& segs, int H, bool backward, int pair_group, int key_block) {
   Plan pl;
   for (const Segment& s : segs) {
     SeqInfo si{static_cast<int>(pl.chunks.size()), 0};
@@ -78,15 +78,20 @@ Plan make_plan(const std::vector<Segment>& segs, int H, bool backward, int pair_
     std::vector<std::pair<int, int>> pairs;  // (sequence, head)
     for (int si : by_len)
       for (int h = 0; h < H; ++h) pairs.push_back({si, h});
+    //
+    // key_block = 2 (the two-chunk main kernel): the same order over blocks of two chunks, a block named by its
+    // first chunk (the sequence's first, then every second one); a sequence of an odd count ends in a block of one.
     const std::size_t g = static_cast<std::size_t>(std::max(pair_group, 1));
+    const int kb = std::max(key_block, 1);
+    auto blocks = [&](const SeqInfo& s) { return (s.count + kb - 1) / kb; };
     for (std::size_t p0 = 0; p0 < pairs.size(); p0 += g) {
       const std::size_t p1 = std::min(pairs.size(), p0 + g);
       int ranks = 0;
-      for (std::size_t i = p0; i < p1; ++i) ranks = std::max(ranks, pl.seqs[pairs[i].first].count);
+      for (std::size_t i = p0; i < p1; ++i) ranks = std::max(ranks, blocks(pl.seqs[pairs[i].first]));
       for (int r = 0; r < ranks; ++r)
         for (std::size_t i = p0; i < p1; ++i) {
           const SeqInfo& s = pl.seqs[pairs[i].first];
-          if (r < s.count) pl.bwd_tasks.push_back((s.first + s.count - 1 - r) * H + pairs[i].second);
+          if (r < blocks(s)) pl.bwd_tasks.push_back((s.first + kb * (blocks(s) - 1 - r)) * H + pairs[i].second);
         }
     }
   }

@@ -18,7 +18,8 @@ struct Plan {
   int max_chunks = 0;             // of one sequence
   // Forward main kernel: query chunks, sequences longest first, a sequence's chunks from its last to its first.
   std::vector<int> fwd_order;     // [NC] (forward plans only)
-  // Backward main kernel: key-chunk tasks (chunk * H + h) in the order CTAs take them.
+  // Backward main kernel: key-chunk tasks (chunk * H + h; with key blocks, the block's first chunk) in the order CTAs
+  // take them.
   std::vector<int> bwd_tasks;     // [NC * H] (backward plans only)
 };
 
@@ -26,7 +27,9 @@ struct Plan {
 std::vector<Segment> sequences(const Problem& p, const Inputs& in, void* stream);
 
 // pair_group (backward): how many (sequence, head) pairs the task list interleaves rank by rank (plan.cu).
-Plan make_plan(const std::vector<Segment>& segs, int H, bool backward, int pair_group = 1);
+// key_block (backward): key chunks per main-kernel task, 1, or 2 for the two-chunk kernel (kernels/bwd_main_pair.cuh:
+// a task is then the block's first chunk, blocks start at the sequence's first chunk and every second one after).
+Plan make_plan(const std::vector<Segment>& segs, int H, bool backward, int pair_group = 1, int key_block = 1);
 
 // The backward's pair_group for a longest sequence of `rows` tokens: about 16384 rows of pairs interleaved, at most 8
 // pairs. Measured on the H200 (docs/perf/notes.md, deterministic main kernel, H 32, D 64): at 32 x 4096, 1 / 2 / 4 / 8

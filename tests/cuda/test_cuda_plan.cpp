@@ -1,7 +1,12 @@
-// The host-side plan of the CUDA decode (src/cuda/plan.cu): how many splits along the cache a step gets. Pure host
-// arithmetic, so it runs without a GPU (label cpu). The numbers are the settings measured on the H200 (132 SMs,
-// docs/perf/results.md, twelfth session): one wave of splits for few (sequence, kv head) pairs, four waves else.
+// The host-side plans of the CUDA kernels (src/cuda/plan.cu): how many splits along the cache a decode step gets,
+// and the backward main kernel's task list. Pure host arithmetic, so it runs without a GPU (label cpu). The decode
+// numbers are the settings measured on the H200 (132 SMs, docs/perf/results.md, twelfth session): one wave of
+// splits for few (sequence, kv head) pairs, four waves else.
 #include <gtest/gtest.h>
+
+#include <map>
+#include <utility>
+#include <vector>
 
 #include "cuda/plan.h"
 
@@ -46,6 +51,35 @@ TEST(CudaPlan, DecodeSplitsFourWavesForManyPairs) {
   EXPECT_EQ(decode_splits(64, 8, 131072, kH200Sms), 3);
   // B = 32: 4.125: 4 (1024 blocks, 4 waves) and 5 (1280, 5 waves) tie too: 5.
   EXPECT_EQ(decode_splits(32, 8, 131072, kH200Sms), 5);
+}
+
+// The backward's task list with key blocks of 1 and 2 chunks (the two-chunk main kernel, bwd_main_pair.cuh): every
+// chunk of every (sequence, head) is covered by exactly one task, a block starts at its sequence's first chunk or
+// an even number of chunks after it, and within a (sequence, head) the blocks come from the last to the first, so
+// that the deterministic turns (block c0 adds after the blocks above it) only wait for tasks taken earlier.
+TEST(CudaPlan, BackwardTasksCoverEveryChunkOnceInBlocks) {
+  const std::vector<Segment> segs = {{0, 0, 1}, {0, 1, 64}, {0, 65, 65}, {0, 130, 300}, {0, 430, 192}};
+  const int H = 3;
+  for (int kb : {1, 2})
+    for (int group : {1, 3, 8}) {
+      const Plan pl = make_plan(segs, H, true, group, kb);
+      std::map<std::pair<int, int>, int> covered;          // (chunk, head) -> tasks covering it
+      std::map<std::pair<int, int>, int> last_start;       // (sequence first chunk, head) -> the previous block's start
+      for (int task : pl.bwd_tasks) {
+        const int c0 = task / H, h = task % H;
+        const ChunkInfo& ci = pl.chunks[c0];
+        EXPECT_EQ((c0 - ci.first) % kb, 0) << "block start " << c0 << " kb " << kb;
+        for (int c = c0; c < c0 + kb && c <= ci.last; ++c) ++covered[{c, h}];
+        auto key = std::make_pair(ci.first, h);
+        if (last_start.count(key)) EXPECT_LT(c0, last_start[key]) << "blocks of a pair from the last to the first";
+        last_start[key] = c0;
+      }
+      EXPECT_EQ(covered.size(), pl.chunks.size() * H) << "kb " << kb << " group " << group;
+      for (const auto& [chunk_head, n] : covered) EXPECT_EQ(n, 1) << "chunk " << chunk_head.first << " head " << chunk_head.second;
+      std::size_t blocks = 0;
+      for (const SeqInfo& s : pl.seqs) blocks += static_cast<std::size_t>((s.count + kb - 1) / kb) * H;
+      EXPECT_EQ(pl.bwd_tasks.size(), blocks);
+    }
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "cuda/check.h"
 #include "cuda/kernels/bwd_local.cuh"
 #include "cuda/kernels/bwd_main.cuh"
+#include "cuda/kernels/bwd_main_pair.cuh"
 #include "cuda/kernels/bwd_main_wgmma.cuh"
 #include "cuda/kernels/bwd_prep.cuh"
 #include "cuda/launch/launch.h"
@@ -36,15 +37,25 @@ inline int resident(K kernel, int threads, int bytes, const char* name) {
 }
 
 // D = 64 runs the wgmma main kernel (bwd_main_wgmma.cuh); PATHATTN_BWD_MAIN=mma selects the mma.sync one
-// (bwd_main.cuh), which D = 128 always runs, for side-by-side timing in bench_fwd.
+// (bwd_main.cuh), which D = 128 always runs, for side-by-side timing in bench_fwd; PATHATTN_BWD_MAIN=pair the
+// two-key-chunk wgmma kernel (bwd_main_pair.cuh; opt-in until measured, docs/perf/notes.md).
+inline const char* main_choice() {
+  const char* e = std::getenv("PATHATTN_BWD_MAIN");
+  return e ? e : "";
+}
 template <int D>
 bool use_wgmma_main() {
-  if constexpr (D != 64) {
+  if constexpr (D != 64)
     return false;
-  } else {
-    const char* e = std::getenv("PATHATTN_BWD_MAIN");
-    return !(e && std::strcmp(e, "mma") == 0);
-  }
+  else
+    return std::strcmp(main_choice(), "mma") != 0;
+}
+template <int D>
+bool use_pair_main() {
+  if constexpr (D != 64)
+    return false;
+  else
+    return std::strcmp(main_choice(), "pair") == 0;
 }
 
 // Whether the wgmma main kernel adds dQ^ / dP by bulk reductions (its kBulk instances) or by float4 atomics.
@@ -90,8 +101,12 @@ template <typename T, int D, bool kGate, bool kDet>
 BwdGrid bwd_grid(int group) {
   BwdGrid g;
   g.wgmma_main = bwd_launch_detail::use_wgmma_main<D>();
+  g.pair_main = bwd_launch_detail::use_pair_main<D>();
   if constexpr (D == 64)
-    if (g.wgmma_main)
+    if (g.pair_main)
+      g.main_ctas = bwd_launch_detail::resident(bwd_main_pair_kernel<T, kGate, kDet>, 256, BwdPairSmem::bytes(group, kGate),
+                                                "bwd_main_pair_kernel");
+    else if (g.wgmma_main)
       g.main_ctas = bwd_launch_detail::resident(bwd_launch_detail::wgmma_main_instance<T, kGate, kDet>(), 128,
                                                 BwdWgSmem::bytes(group, kGate, bwd_launch_detail::bulk_reduce_for<kDet>()),
                                                 "bwd_main_wgmma_kernel");
@@ -101,6 +116,19 @@ BwdGrid bwd_grid(int group) {
   g.local_ctas = bwd_launch_detail::resident(bwd_launch_detail::local_instance<T, D, kGate>(), local_detail::LocalTiles<D>::kThreads,
                                              bwd_local_smem_bytes<D>(), "bwd_local_kernel");
   return g;
+}
+
+// The stages after the main kernel: the chunk-local backward, then the gate's reverse cumulative sum.
+template <typename T, int D, bool kGate>
+void launch_local(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, const StageMark& mark) {
+  constexpr int bytes = bwd_local_smem_bytes<D>();
+  const auto kernel = bwd_launch_detail::local_instance<T, D, kGate>();
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  kernel<<<grid.local_ctas, local_detail::LocalTiles<D>::kThreads, bytes, stream>>>(p);
+  CUDA_CHECK_LAUNCH("bwd_local_kernel");
+  mark("bwd_local");
+  if constexpr (kGate) launch_bwd_gate(p, stream);
+  mark("bwd_gate");
 }
 
 template <typename T, int D, bool kGate, bool kDet>
@@ -120,8 +148,19 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
       const CUtensorMap tm_do = tensor_map_2d(p.dohat, q_rows, 64, 64, 64, 64, "the dO^ workspace");
       const CUtensorMap tm_step =
           tensor_map_2d(p.ws.step, static_cast<int64_t>(p.num_chunks) * p.H * 64, 64, 64, 64, 64, "the E workspace");
-      const CUtensorMap tm_slot = tensor_map_2d(p.slots, static_cast<int64_t>(grid.main_ctas) * p.slot_chunks * kChunk, 64,
+      const int slots = grid.main_ctas * (grid.pair_main ? 2 : 1);
+      const CUtensorMap tm_slot = tensor_map_2d(p.slots, static_cast<int64_t>(slots) * p.slot_chunks * kChunk, 64,
                                                 64, 64, 64, "the backward's slots");
+      if (grid.pair_main) {
+        const int bytes = BwdPairSmem::bytes(p.group, kGate);
+        CUDA_CHECK(cudaFuncSetAttribute(bwd_main_pair_kernel<T, kGate, kDet>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        bytes));
+        bwd_main_pair_kernel<T, kGate, kDet><<<grid.main_ctas, 256, bytes, stream>>>(p, tm_q, tm_do, tm_step, tm_slot);
+        CUDA_CHECK_LAUNCH("bwd_main_pair_kernel");
+        mark("bwd_main");
+        launch_local<T, D, kGate>(p, grid, stream, mark);
+        return;
+      }
       const auto kernel = bwd_launch_detail::wgmma_main_instance<T, kGate, kDet>();
       const int bytes = BwdWgSmem::bytes(p.group, kGate, bwd_launch_detail::bulk_reduce_for<kDet>());
       CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
@@ -135,16 +174,7 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
     CUDA_CHECK_LAUNCH("bwd_main_kernel");
   }
   mark("bwd_main");
-  {
-    constexpr int bytes = bwd_local_smem_bytes<D>();
-    const auto kernel = bwd_launch_detail::local_instance<T, D, kGate>();
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    kernel<<<grid.local_ctas, local_detail::LocalTiles<D>::kThreads, bytes, stream>>>(p);
-    CUDA_CHECK_LAUNCH("bwd_local_kernel");
-  }
-  mark("bwd_local");
-  if constexpr (kGate) launch_bwd_gate(p, stream);
-  mark("bwd_gate");
+  launch_local<T, D, kGate>(p, grid, stream, mark);
 }
 
 #define PATHATTN_BWD(T, D, G, DET)                             \

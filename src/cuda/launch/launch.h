@@ -24,6 +24,8 @@ void launch_kcache(const FwdParams& p, cudaStream_t stream);
 struct BwdGrid {
   int main_ctas = 0, local_ctas = 0;
   bool wgmma_main = false;  // the main kernel is bwd_main_wgmma (D = 64; needs BwdParams::dohat)
+  bool pair_main = false;   // ... its two-key-chunk form, bwd_main_pair (also wgmma_main): tasks are blocks of two
+                            // chunks (plan.h key_block), two slots per CTA
 };
 template <typename T, int D, bool kGate, bool kDet>
 BwdGrid bwd_grid(int group);

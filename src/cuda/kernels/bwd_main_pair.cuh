@@ -1,0 +1,397 @@
+// The main backward kernel at D = 64 with two key chunks per task (opt-in, PATHATTN_BWD_MAIN=pair): the math and
+// the per-chunk steps of bwd_main_wgmma.cuh (docs/math.md Eq. 18-23, 33), with one task = (key block c0, c0 + 1,
+// kv head h) and one CTA = two warpgroups, warpgroup w owning key chunk c0 + w (its rows 16 (warp % 4)..).
+//
+// Why (docs/perf/notes.md, backward v4 and v8): half of the one-chunk kernel's fast-mode time is its two f32
+// atomic streams, a 64 x 64 tile of dQ^_m per (query chunk, key chunk) pair and a D x D tile of dP_j per (chunk j,
+// key chunk) pair, and the deterministic mode's ordered turns add as much again. With two key chunks per CTA
+// both chunks' contributions are summed on the tensor cores before one atomic tile goes out, so the additions and
+// the turns are halved, and the two chunks share every Q^, dO^ and E_m tile load:
+//
+//   phase 1, m = c0+1 .. last: each warpgroup carries its K^ (warpgroup 1 from m = c0+2), E_m shared
+//   phase 2, m = last .. c0+1, every query head of the group (warpgroup 1 idle at m = c0 + 1, its diagonal):
+//     each warpgroup:  S^T, dP^T, softmax backward, dV += P^T dO, E += dS^T Q^, dS^T -> shared memory
+//     warpgroup 0:     dQ^_m += dS_0 K~_{c0,m} + dS_1 K~_{c0+1,m}  (k = 128), one atomic tile
+//   chain (m > c0 + 1):
+//     warpgroup 1:     dP_{m-1} += E_0^T K~_{c0,m-1} + E_1^T K~_{c0+1,m-1}  (k = 128; E_1 only while m-1 > c0+1)
+//     each warpgroup:  E <- E + E E_{m-1}^T  (warpgroup 1 until m = c0 + 3)
+//
+// Synchronisation: one CTA barrier per (query chunk, head) step after both warpgroups have stored dS^T and
+// finished their dV / E products (the stage's Q^ and dO^ may then be reloaded), so that warpgroup 1 starts the next
+// step while warpgroup 0 runs the dQ^ product and its addition; dS^T tiles and the gate's row sums are
+// double-buffered by stage for that reason. One CTA barrier per chain step (E through shared memory). The turns
+// of the deterministic mode are taken by one warpgroup (named barriers), in the order of the task list (plan.cu:
+// blocks of a (sequence, head) pair from the last to the first): block c0 adds to dQ^_m after the (m - 1 - c0) / 2
+// blocks that start above it, to dP_j after (j - 1 - c0) / 2.
+#pragma once
+
+#include "cuda/kernels/bwd_softmax.cuh"
+#include "cuda/kernels/tma.cuh"
+#include "cuda/kernels/wgmma.cuh"
+
+namespace pathattn::cuda {
+
+// Shared memory: ten swizzled 64 x 64 tiles of 16-bit elements (8 KB, 1024-byte aligned):
+//   2w, 2w + 1: K~ of warpgroup w (current, next)    4 + 2s: Q^ of stage s    5 + 2s: dO^ of stage s
+//   8, 9: E steps (phase 1: E_{m+1} ahead; phase 2: the chain's E_{m-1}, alternating)
+// then padded [C][LDP] tiles read by ldmatrix: dS^T of warpgroup w and stage s (4), and per warpgroup V at the
+// task's start, then E for the chain step (2); then floats and the mbarriers.
+struct BwdPairSmem {
+  static constexpr int C = kChunk, LDP = 64 + 8;
+  static constexpr int kTile = C * 64;
+  static constexpr int kSwzHalves = 10 * kTile;
+  static constexpr int kPadHalves = 6 * C * LDP;
+  // per stage: lse2, delta, query gate, key gate of chunk c0, of c0 + 1 [C] each (5 C); row sums [2 stages][8 warps][C]
+  static constexpr int kFloats = 2 * 5 * C + 2 * 8 * C;
+  static constexpr int bytes(int group, bool gate) {
+    return 1024 + (kSwzHalves + kPadHalves) * 2 + (kFloats + (gate ? 2 * group * C : 0)) * 4 + 5 * 8;
+  }
+};
+
+namespace bwd_detail {
+// Barrier of one warpgroup (128 threads; ids 1 and 2, 0 is __syncthreads).
+__device__ __forceinline__ void wg_sync(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(wg + 1) : "memory"); }
+// wait_turn / pass_turn (bwd_tiles.cuh) for one warpgroup: `first` is the warpgroup's thread 0.
+__device__ __forceinline__ void wg_wait_turn(const int* counter, int turn, int wg, bool first) {
+  if (first)
+    while (load_acquire(counter) < turn) __nanosleep(64);
+  wg_sync(wg);
+}
+__device__ __forceinline__ void wg_pass_turn(int* counter, int wg, bool first) {
+  __threadfence();
+  wg_sync(wg);
+  if (first) atomicAdd(counter, 1);
+}
+}  // namespace bwd_detail
+
+template <typename T, bool kGate, bool kDet>
+__global__ void __launch_bounds__(256, 1)
+    bwd_main_pair_kernel(const BwdParams p, const __grid_constant__ CUtensorMap tm_q,
+                         const __grid_constant__ CUtensorMap tm_do, const __grid_constant__ CUtensorMap tm_step,
+                         const __grid_constant__ CUtensorMap tm_slot) {
+  using namespace fwd_detail;
+  using namespace bwd_detail;
+  using S = BwdPairSmem;
+  using Tag = typename WgmmaTag<T>::type;
+  constexpr int D = 64, C = kChunk, LDP = S::LDP;
+  constexpr int NT = D / 8, KD = D / 16, NC8 = C / 8, KC = C / 16;
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t raw_addr = smem_addr(smem_raw);
+  T* sm = reinterpret_cast<T*>(smem_raw + ((1024u - (raw_addr & 1023u)) & 1023u));
+  auto tile = [&](int i) { return sm + i * S::kTile; };
+  T* pad = sm + S::kSwzHalves;
+  auto sDS = [&](int w, int s) { return pad + (2 * w + s) * C * LDP; };  // [C][LDP] dS^T: [key][query]
+  auto sEs = [&](int w) { return pad + (4 + w) * C * LDP; };             // [C][LDP] V, then E (chain step)
+  float* fl = reinterpret_cast<float*>(pad + S::kPadHalves);
+  auto sLse2 = [&](int s) { return fl + s * 5 * C; };
+  auto sDelta = [&](int s) { return fl + s * 5 * C + C; };
+  auto sGq = [&](int s) { return fl + s * 5 * C + 2 * C; };
+  auto sGk = [&](int s, int w) { return fl + s * 5 * C + (3 + w) * C; };
+  auto sRow = [&](int s) { return fl + 10 * C + s * 8 * C; };  // [8 warps][C] row sums of dl (kGate)
+  float* sDG0 = fl + 26 * C;                                    // [2][group][C] gate column sums (kGate)
+  auto sDG = [&](int w) { return sDG0 + w * p.group * C; };
+  const uint32_t bar0 = smem_addr(sDG0 + (kGate ? 2 * p.group * C : 0));
+  // mbarriers: 0, 1 query stages; 2 chain (both K~_{.,m-1} and E_{m-1}; the K~_{.,last} at phase 2's start);
+  // 3, 4 phase 1 steps
+  auto bar = [&](int i) { return bar0 + 8 * i; };
+  __shared__ int s_task;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wg = warp / 4;                            // this warpgroup: key chunk c0 + wg
+  const bool wg_first = threadIdx.x % 128 == 0;
+  const int row0 = (warp % 4) * 16, r0 = row0 + lane / 4;  // this warp's 16 key rows; this thread's r0, r0 + 8
+  const int my_slot = blockIdx.x * 2 + wg;
+  T* slot = static_cast<T*>(p.slots) + (int64_t)my_slot * p.slot_chunks * C * D;
+  const int slot_row0_of0 = blockIdx.x * 2 * p.slot_chunks * C;  // warpgroup w's slot starts w * slot_chunks * C after
+  const T* khat = static_cast<const T*>(p.ws.khat);
+  const T* vin = static_cast<const T*>(p.v);
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 5; ++i) mbar_init(bar(i), 1);
+    mbar_fence_init();
+  }
+  uint32_t phase = 0;  // bit i: parity of barrier i's next completion
+  auto wait_bar = [&](int i) {
+    mbar_wait(bar(i), (phase >> i) & 1);
+    phase ^= 1u << i;
+  };
+  // Issued by thread 0 only.
+  auto issue_step = [&](int i, int dst_tile, int chunk, int h) {  // E_chunk (D x D) into a tile
+    mbar_arrive_expect_tx(bar(i), S::kTile * 2);
+    tma_load_2d(smem_addr(tile(dst_tile)), &tm_step, 0, (chunk * p.H + h) * D, bar(i));
+  };
+  auto issue_query = [&](int s, int m, int hq, int gc, bool two) {  // stage s <- step (query chunk m, head hq)
+    const int64_t qrow = (int64_t)m * p.HQ + hq;
+    mbar_arrive_expect_tx(bar(s), 2 * S::kTile * 2 + 2 * C * 4 + (kGate ? (two ? 3 : 2) * C * 4 : 0));
+    tma_load_2d(smem_addr(tile(4 + 2 * s)), &tm_q, 0, static_cast<int>(qrow * C), bar(s));
+    tma_load_2d(smem_addr(tile(5 + 2 * s)), &tm_do, 0, static_cast<int>(qrow * C), bar(s));
+    bulk_load(smem_addr(sLse2(s)), p.lse2 + qrow * C, C * 4, bar(s));
+    bulk_load(smem_addr(sDelta(s)), p.delta + qrow * C, C * 4, bar(s));
+    if constexpr (kGate) {
+      bulk_load(smem_addr(sGq(s)), p.ws.gl + qrow * C, C * 4, bar(s));
+      bulk_load(smem_addr(sGk(s, 0)), p.ws.gl + ((int64_t)gc * p.HQ + hq) * C, C * 4, bar(s));
+      if (two) bulk_load(smem_addr(sGk(s, 1)), p.ws.gl + ((int64_t)(gc + 1) * p.HQ + hq) * C, C * 4, bar(s));
+    }
+  };
+  // Four k16 steps of a 64-deep product, B K-major (+32 bytes a step) or MN-major (+2048 bytes a step).
+  auto mma_kmajor = [&](float(&acc)[8][4], const uint32_t(&a)[4][4], const T* b, bool accumulate) {
+    const uint64_t desc = wgmma_desc_sw128(smem_addr(b));
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_m64n64k16_rs<0>(acc, a[kk], desc + 2 * kk, accumulate || kk > 0, Tag{});
+  };
+  auto mma_mnmajor = [&](float(&acc)[8][4], const uint32_t(&a)[4][4], const T* b, bool accumulate) {
+    const uint64_t desc = wgmma_desc_sw128(smem_addr(b));
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_m64n64k16_rs<1>(acc, a[kk], desc + 128 * kk, accumulate || kk > 0, Tag{});
+  };
+  __syncthreads();
+
+  for (;;) {
+    const int task = take_task(p, s_task);
+    if (task < 0) break;
+    const int gc = task / p.H, h = task % p.H;  // the block's first chunk c0
+    const ChunkInfo ci = p.chunks[gc];
+    const int last = ci.last;
+    const bool has1 = gc + 1 <= last;       // the block has a second chunk
+    const int myc = gc + wg;                // this warpgroup's key chunk
+    const bool mine = wg == 0 || has1;      // ... which exists
+    const int64_t fac = (int64_t)myc * p.H + h;
+
+    // V of both chunks (A fragments for the whole task) through the padded tiles; K^ into f32 registers.
+    load_tile<T, D, false>(sEs(0), LDP, vin + ci.b * p.sv.b + (int64_t)ci.t0 * p.sv.t + h * p.sv.h, p.sv.t, ci.len);
+    if (has1) {
+      const ChunkInfo c1 = p.chunks[gc + 1];
+      load_tile<T, D, false>(sEs(1), LDP, vin + c1.b * p.sv.b + (int64_t)c1.t0 * p.sv.t + h * p.sv.h, p.sv.t, c1.len);
+    }
+    cp_async_commit();
+    if (threadIdx.x == 0 && gc + 1 < last) {
+      fence_proxy_async_smem();
+      issue_step(3, 8, gc + 1, h);
+    }
+    if constexpr (kGate)
+      for (int i = threadIdx.x; i < 2 * p.group * C; i += blockDim.x) sDG0[i] = 0.f;
+    float kc[NT][4];
+    if (mine)
+      load_acc<T, NT>(kc, khat + fac * C * D, D, row0);
+    else
+      zero(kc);
+    cp_async_wait<0>();
+    __syncthreads();
+    uint32_t va[KD][4];
+    load_a<KD>(va, sEs(wg), LDP, row0);
+
+    // ---- Phase 1: each warpgroup carries its K^ to every later chunk start, keeping each copy in its slot
+    // (Eq. 18, 32); warpgroup 1's chunk starts one step later, so both apply the same E_m at step m.
+    for (int m = gc + 1; m <= last; ++m) {
+      if (mine && m > myc) store_acc<T, NT>(kc, slot + (int64_t)(m - myc - 1) * C * D, D, row0);
+      if (m == last) break;
+      const int b = (m - gc - 1) & 1;
+      __syncthreads();  // both warpgroups are done with tile 8 + (b ^ 1)
+      if (threadIdx.x == 0 && m + 1 < last) {
+        fence_proxy_async_smem();
+        issue_step(3 + (b ^ 1), 8 + (b ^ 1), m + 1, h);
+      }
+      wait_bar(3 + b);
+      if (mine && m > myc) {
+        uint32_t ka[KD][4];
+        to_a_frags<T, NT>(kc, ka, 1.f);
+        wgmma_fence_operand(kc);
+        wgmma_fence();
+        mma_mnmajor(kc, ka, tile(8 + b), true);  // K~ <- K~ + K~ E_m  (K~ P_m^T)
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operand(kc);
+      }
+    }
+    // The slots' rows were written by ordinary stores; the copy engine reads them next (phase 2).
+    fence_proxy_async_global();
+    __syncthreads();
+
+    // ---- Phase 2: query chunks from the last back to c0 + 1, every query head of the group in turn.
+    float e_acc[NT][4], dv_acc[NT][4];
+    zero(e_acc);
+    zero(dv_acc);
+    int kt = 0;  // warpgroup w's tile 2 w + kt holds K~_{c0+w,m}
+    const int slot_chunk_rows = p.slot_chunks * C;
+    // Phase 2's copies are issued by warpgroup 1's first thread: warpgroup 1 reaches each step's start right after
+    // the previous step's barrier, while warpgroup 0 first runs its dQ^ product and addition.
+    const bool producer = threadIdx.x == 128;
+    // K~_{c0+w,m} (both warpgroups' that exist at m) into tile set x, on barrier 2.
+    auto issue_ktiles = [&](int x, int m, int ebuf) {
+      const bool two = has1 && m > gc + 1;
+      mbar_arrive_expect_tx(bar(2), ((two ? 2 : 1) + (ebuf >= 0 ? 1 : 0)) * S::kTile * 2);
+      tma_load_2d(smem_addr(tile(x)), &tm_slot, 0, slot_row0_of0 + (m - gc - 1) * C, bar(2));
+      if (two)
+        tma_load_2d(smem_addr(tile(2 + x)), &tm_slot, 0, slot_row0_of0 + slot_chunk_rows + (m - gc - 2) * C, bar(2));
+      if (ebuf >= 0) tma_load_2d(smem_addr(tile(8 + ebuf)), &tm_step, 0, ((m * p.H) + h) * D, bar(2));
+    };
+    if (producer && last > gc) {  // (a sequence's last chunk has no later query chunk: no phase 2)
+      fence_proxy_async_smem();  // the previous task's ldmatrix reads of the K~ tiles, before the copy engine's writes
+      issue_ktiles(0, last, -1);
+      issue_query(0, last, h * p.group, gc, has1 && last > gc + 1);
+    }
+    int it = 0;  // (query chunk, head) steps so far: the stage is it & 1
+    for (int m = last; m > gc; --m) {
+      const ChunkInfo cm = p.chunks[m];
+      const bool act1 = has1 && m > gc + 1;        // warpgroup 1 has logits at m (else m is its own chunk)
+      const bool active = wg == 0 || act1;         // this warpgroup
+      const int ebuf = (last - m) & 1;             // the chain's E_{m-1} tile: 8 + ebuf
+      if (m == last) wait_bar(2);
+      uint32_t ka[KD][4];  // K~_{c0+wg,m} as A fragments, for every head of the group
+      for (int j = 0; j < p.group; ++j, ++it) {
+        const int st = it & 1;
+        const int hq = h * p.group + j;
+        const int64_t qrow = (int64_t)m * p.HQ + hq;
+        // Stage st ^ 1 (the previous step's) was released by that step's barrier, which the producer has passed;
+        // the K~ tiles it overwrites held K~_{.,m+1}, last read by warpgroup 0's dQ^ products of step m + 1, which
+        // the chain step's barrier of m + 1 waited for; the E tile it overwrites was last read two chain steps ago.
+        if (producer) {
+          fence_proxy_async_smem();
+          if (j + 1 < p.group)
+            issue_query(st ^ 1, m, hq + 1, gc, act1);
+          else if (m - 1 > gc)
+            issue_query(st ^ 1, m - 1, h * p.group, gc, has1 && m - 1 > gc + 1);
+          if (j == 0 && m - 1 > gc) issue_ktiles(kt ^ 1, m - 1, ebuf);  // the chain step's K~_{.,m-1}, E_{m-1}
+        }
+        if (j == 0 && active) load_a_swz(ka, tile(2 * wg + kt), row0);
+        float gdelta = 0.f;  // G_i - G_j = (goff_m - goff_c) + gl_i - gl_j, the large offsets subtracted in f64
+        if constexpr (kGate) gdelta = static_cast<float>(p.ws.goff[qrow] - p.ws.goff[(int64_t)myc * p.HQ + hq]);
+        wait_bar(st);
+        const T* sQ = tile(4 + 2 * st);
+        const T* sdO = tile(5 + 2 * st);
+        if (active) {
+          float s[NC8][4], dp[NC8][4];
+          wgmma_fence_operand(s);
+          wgmma_fence_operand(dp);
+          wgmma_fence();
+          mma_kmajor(s, ka, sQ, false);    // S^T = K~ Q^^T: [key][query]
+          mma_kmajor(dp, va, sdO, false);  // (dO V^T)^T = V dO^T
+          wgmma_commit();
+          wgmma_wait<0>();
+          wgmma_fence_operand(s);
+          wgmma_fence_operand(dp);
+          float colsum[2];  // this thread's key rows: sum over queries of dl
+          softmax_backward<kGate>(s, dp, p.scale_log2, sLse2(st), sDelta(st), sGq(st), sGk(st, wg), gdelta, r0, colsum);
+          // dV += P^T dO_m (Eq. 5), E += ds^T Q^_m (Eq. 21): asynchronous while ds^T goes to shared memory.
+          uint32_t pa[KC][4], da[KC][4];
+          to_a_frags<T, NC8>(s, pa, 1.f);
+          to_a_frags<T, NC8>(dp, da, p.scale);
+          wgmma_fence_operand(dv_acc);
+          wgmma_fence_operand(e_acc);
+          wgmma_fence();
+          mma_mnmajor(dv_acc, pa, sdO, true);
+          mma_mnmajor(e_acc, da, sQ, true);
+          wgmma_commit();
+          store_acc<T, NC8>(dp, sDS(wg, st), LDP, row0, p.scale);
+          if constexpr (kGate) gate_tile_sums(colsum, dp, sDG(wg) + j * C, sRow(st), r0);
+          wgmma_wait<0>();  // the stage's Q^ and dO^ are read: the barrier below releases them
+          wgmma_fence_operand(dv_acc);
+          wgmma_fence_operand(e_acc);
+          wgmma_fence_frags(pa);
+          wgmma_fence_frags(da);
+        } else if constexpr (kGate) {
+          for (int i = threadIdx.x % 128; i < 4 * C; i += 128) sRow(st)[4 * C + i] = 0.f;  // warpgroup 1's rows
+        }
+        __syncthreads();  // both dS^T (and row sums) complete; stage st consumed
+        if (wg == 0) {
+          // dQ^_m += dS_0 K~_{c0,m} + dS_1 K~_{c0+1,m} (Eq. 21): query rows now, A = dS = (dS^T)^T via ldmatrix.trans.
+          float dq[8][4];
+          uint32_t qa[KC][4];
+          load_a_t<KC>(qa, sDS(0, st), LDP, row0);
+          wgmma_fence_operand(dq);
+          wgmma_fence();
+          mma_mnmajor(dq, qa, tile(kt), false);
+          wgmma_commit();
+          uint32_t qb[KC][4];
+          if (act1) {
+            load_a_t<KC>(qb, sDS(1, st), LDP, row0);
+            wgmma_fence();
+            mma_mnmajor(dq, qb, tile(2 + kt), true);
+            wgmma_commit();
+          }
+          wgmma_wait<0>();
+          wgmma_fence_operand(dq);
+          wgmma_fence_frags(qa);
+          if (act1) wgmma_fence_frags(qb);
+          if constexpr (kDet) wg_wait_turn(p.count_q + qrow, (m - 1 - gc) / 2, 0, wg_first);
+          if constexpr (kGate) {  // dgrow[t] += the 8 warps' row sums, in a fixed order
+            const float* rs = sRow(st);
+            const int t = threadIdx.x;
+            if (t < cm.len)
+              atomicAdd(p.dgrow + qrow * C + t, ((rs[t] + rs[C + t]) + (rs[2 * C + t] + rs[3 * C + t])) +
+                                                    ((rs[4 * C + t] + rs[5 * C + t]) + (rs[6 * C + t] + rs[7 * C + t])));
+          }
+          atomic_add_acc<8>(dq, p.dqacc + qrow * C * D, D, row0, cm.len);
+          if constexpr (kDet) wg_pass_turn(p.count_q + qrow, 0, wg_first);
+        }
+      }
+
+      if (m > gc + 1) {
+        // Back through K~_{c,m} = K~_{c,m-1} P_{m-1}^T (Eq. 33): dP_{m-1} += E^T K~_{c,m-1}, E <- E P_{m-1}.
+        const int jc = m - 1;
+        const bool chain1 = has1 && jc > gc + 1;  // warpgroup 1's chunk is below m - 1 (else its E is final)
+        store_acc<T, NT>(e_acc, sEs(wg), LDP, row0);
+        wait_bar(2);
+        __syncthreads();  // both E complete in shared memory
+        const bool update = wg == 0 || chain1;
+        uint32_t eb[KD][4];
+        if (update) to_a_frags<T, NT>(e_acc, eb, 1.f);
+        if (wg == 1) {
+          uint32_t ea[KC][4], ea1[KC][4];
+          load_a_t<KC>(ea, sEs(0), LDP, row0);  // A(d, key) = E[key][d]: rows d = 16 (warp % 4)..
+          float dpj[8][4];
+          wgmma_fence_operand(dpj);
+          wgmma_fence();
+          mma_mnmajor(dpj, ea, tile(kt ^ 1), false);
+          if (chain1) {
+            load_a_t<KC>(ea1, sEs(1), LDP, row0);
+            wgmma_fence();
+            mma_mnmajor(dpj, ea1, tile(2 + (kt ^ 1)), true);
+          }
+          wgmma_commit();
+          if (update) {
+            wgmma_fence_operand(e_acc);
+            wgmma_fence();
+            mma_kmajor(e_acc, eb, tile(8 + ebuf), true);  // E <- E + E E_j^T
+            wgmma_commit();
+            wgmma_wait<1>();  // dP_j's products are done; E's may still run
+          } else {
+            wgmma_wait<0>();
+          }
+          wgmma_fence_operand(dpj);
+          wgmma_fence_frags(ea);
+          if (chain1) wgmma_fence_frags(ea1);
+          int* count = p.count_p + (int64_t)jc * p.H + h;
+          if constexpr (kDet) wg_wait_turn(count, (jc - 1 - gc) / 2, 1, wg_first);
+          atomic_add_acc<8>(dpj, p.dpacc + ((int64_t)jc * p.H + h) * D * D, D, row0, D);
+          if constexpr (kDet) wg_pass_turn(count, 1, wg_first);
+        } else {
+          wgmma_fence_operand(e_acc);
+          wgmma_fence();
+          mma_kmajor(e_acc, eb, tile(8 + ebuf), true);  // E <- E + E E_j^T
+          wgmma_commit();
+        }
+        wgmma_wait<0>();
+        wgmma_fence_operand(e_acc);
+        if (update) wgmma_fence_frags(eb);
+        kt ^= 1;  // K~_{.,m-1} is the next step's K~_{.,m}
+      }
+    }
+
+    // ---- The task's own gradients: each warpgroup its chunk's dK^ = E and dV (zero when no query chunk follows it).
+    if (mine) {
+      constexpr int kC = C;
+      store_acc_f32<NT>(e_acc, p.dkacc + fac * kC * D, D, row0);
+      store_acc_f32<NT>(dv_acc, p.dvacc + fac * kC * D, D, row0);
+      if constexpr (kGate) {
+        wg_sync(wg);  // the column sums were written by other threads of the warpgroup
+        const float* dg = sDG(wg);
+        for (int i = threadIdx.x % 128; i < p.group * kC; i += 128)
+          p.dgacc[((int64_t)myc * p.HQ + h * p.group + i / kC) * kC + i % kC] = dg[i];
+      }
+    }
+  }
+}
+
+}  // namespace pathattn::cuda
