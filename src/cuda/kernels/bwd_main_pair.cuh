@@ -237,7 +237,12 @@ __global__ void __launch_bounds__(256, 1)
       const bool act1 = has1 && m > gc + 1;        // warpgroup 1 has logits at m (else m is its own chunk)
       const bool active = wg == 0 || act1;         // this warpgroup
       const int ebuf = (last - m) & 1;             // the chain's E_{m-1} tile: 8 + ebuf
-      if (m == last) wait_bar(2);
+      if (m == last) {
+        wait_bar(2);
+        // Every thread has seen this completion before the producer arms barrier 2 again (below, at j = 0): a
+        // thread that looked only after the next completion would find the parity it waits for gone.
+        __syncthreads();
+      }
       uint32_t ka[KD][4];  // K~_{c0+wg,m} as A fragments, for every head of the group
       for (int j = 0; j < p.group; ++j, ++it) {
         const int st = it & 1;
@@ -256,7 +261,8 @@ __global__ void __launch_bounds__(256, 1)
         }
         if (j == 0 && active) load_a_swz(ka, tile(2 * wg + kt), row0);
         float gdelta = 0.f;  // G_i - G_j = (goff_m - goff_c) + gl_i - gl_j, the large offsets subtracted in f64
-        if constexpr (kGate) gdelta = static_cast<float>(p.ws.goff[qrow] - p.ws.goff[(int64_t)myc * p.HQ + hq]);
+        if constexpr (kGate)
+          if (active) gdelta = static_cast<float>(p.ws.goff[qrow] - p.ws.goff[(int64_t)myc * p.HQ + hq]);
         wait_bar(st);
         const T* sQ = tile(4 + 2 * st);
         const T* sdO = tile(5 + 2 * st);
