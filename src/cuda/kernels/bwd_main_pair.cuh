@@ -11,15 +11,20 @@
 //   phase 1, m = c0+1 .. last: each warpgroup carries its K^ (warpgroup 1 from m = c0+2), E_m shared
 //   phase 2, m = last .. c0+1, every query head of the group (warpgroup 1 idle at m = c0 + 1, its diagonal):
 //     each warpgroup:  S^T, dP^T, softmax backward, dV += P^T dO, E += dS^T Q^, dS^T -> shared memory
-//     warpgroup 0:     dQ^_m += dS_0 K~_{c0,m} + dS_1 K~_{c0+1,m}  (k = 128), one atomic tile
+//     one warpgroup:   dQ^_m += dS_0 K~_{c0,m} + dS_1 K~_{c0+1,m}  (k = 128), one atomic tile
 //   chain (m > c0 + 1):
-//     warpgroup 1:     dP_{m-1} += E_0^T K~_{c0,m-1} + E_1^T K~_{c0+1,m-1}  (k = 128; E_1 only while m-1 > c0+1)
+//     one warpgroup:   dP_{m-1} += E_0^T K~_{c0,m-1} + E_1^T K~_{c0+1,m-1}  (k = 128; E_1 only while m-1 > c0+1)
 //     each warpgroup:  E <- E + E E_{m-1}^T  (warpgroup 1 until m = c0 + 3)
 //
 // Synchronisation: one CTA barrier per (query chunk, head) step after both warpgroups have stored dS^T and
-// finished their dV / E products (the stage's Q^ and dO^ may then be reloaded), so that warpgroup 1 starts the next
-// step while warpgroup 0 runs the dQ^ product and its addition; dS^T tiles and the gate's row sums are
-// double-buffered by stage for that reason. One CTA barrier per chain step (E through shared memory). The turns
+// finished their dV / E products (the stage's Q^ and dO^ may then be reloaded). The step's dQ^ product and its
+// addition (the "tail") go to the warpgroups in turn, step it to warpgroup it % 2, while the other starts step
+// it + 1 and issues its copies (it is the first to reach the step's start): each warpgroup runs the tail every
+// other step, so one tail's latency hides behind the other warpgroup's products. (A first version gave every tail
+// to warpgroup 0: 44.5 -> 44.4 ms in the fast mode at 32 x 4096, no gain from the halved additions, since the
+// tail stayed on one warpgroup's critical path.) dS^T tiles and the gate's row sums are double-buffered by stage
+// for that reason. One CTA barrier per chain step (E through shared memory); its dP_j tail goes to the warpgroup
+// that ran the last step's tail, so that the other reaches the next step first and issues its copies. The turns
 // of the deterministic mode are taken by one warpgroup (named barriers), in the order of the task list (plan.cu:
 // blocks of a (sequence, head) pair from the last to the first): block c0 adds to dQ^_m after the (m - 1 - c0) / 2
 // blocks that start above it, to dP_j after (j - 1 - c0) / 2.
@@ -52,9 +57,13 @@ namespace bwd_detail {
 // Barrier of one warpgroup (128 threads; ids 1 and 2, 0 is __syncthreads).
 __device__ __forceinline__ void wg_sync(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(wg + 1) : "memory"); }
 // wait_turn / pass_turn (bwd_tiles.cuh) for one warpgroup: `first` is the warpgroup's thread 0.
+// The spinning lane rejoins its warp (__syncwarp) before the barrier: bar.sync is warp-aligned, and unlike
+// __syncthreads an inline-assembly barrier gets no reconvergence from the compiler (a first version without it had
+// racecheck report hazards across the barrier that follows).
 __device__ __forceinline__ void wg_wait_turn(const int* counter, int turn, int wg, bool first) {
   if (first)
     while (load_acquire(counter) < turn) __nanosleep(64);
+  __syncwarp();
   wg_sync(wg);
 }
 __device__ __forceinline__ void wg_pass_turn(int* counter, int wg, bool first) {
@@ -214,9 +223,9 @@ __global__ void __launch_bounds__(256, 1)
     zero(dv_acc);
     int kt = 0;  // warpgroup w's tile 2 w + kt holds K~_{c0+w,m}
     const int slot_chunk_rows = p.slot_chunks * C;
-    // Phase 2's copies are issued by warpgroup 1's first thread: warpgroup 1 reaches each step's start right after
-    // the previous step's barrier, while warpgroup 0 first runs its dQ^ product and addition.
-    const bool producer = threadIdx.x == 128;
+    // Phase 2's copies of step it are issued by the first thread of warpgroup it % 2, which did not run step it - 1's
+    // tail and so reaches step it's start first (the first step: warpgroup 0).
+    auto producer = [&](int step) { return threadIdx.x == 128 * (step & 1); };
     // K~_{c0+w,m} (both warpgroups' that exist at m) into tile set x, on barrier 2.
     auto issue_ktiles = [&](int x, int m, int ebuf) {
       const bool two = has1 && m > gc + 1;
@@ -226,7 +235,7 @@ __global__ void __launch_bounds__(256, 1)
         tma_load_2d(smem_addr(tile(2 + x)), &tm_slot, 0, slot_row0_of0 + slot_chunk_rows + (m - gc - 2) * C, bar(2));
       if (ebuf >= 0) tma_load_2d(smem_addr(tile(8 + ebuf)), &tm_step, 0, ((m * p.H) + h) * D, bar(2));
     };
-    if (producer && last > gc) {  // (a sequence's last chunk has no later query chunk: no phase 2)
+    if (producer(0) && last > gc) {  // (a sequence's last chunk has no later query chunk: no phase 2)
       fence_proxy_async_smem();  // the previous task's ldmatrix reads of the K~ tiles, before the copy engine's writes
       issue_ktiles(0, last, -1);
       issue_query(0, last, h * p.group, gc, has1 && last > gc + 1);
@@ -251,7 +260,7 @@ __global__ void __launch_bounds__(256, 1)
         // Stage st ^ 1 (the previous step's) was released by that step's barrier, which the producer has passed;
         // the K~ tiles it overwrites held K~_{.,m+1}, last read by warpgroup 0's dQ^ products of step m + 1, which
         // the chain step's barrier of m + 1 waited for; the E tile it overwrites was last read two chain steps ago.
-        if (producer) {
+        if (producer(it)) {
           fence_proxy_async_smem();
           if (j + 1 < p.group)
             issue_query(st ^ 1, m, hq + 1, gc, act1);
@@ -300,7 +309,7 @@ __global__ void __launch_bounds__(256, 1)
           for (int i = threadIdx.x % 128; i < 4 * C; i += 128) sRow(st)[4 * C + i] = 0.f;  // warpgroup 1's rows
         }
         __syncthreads();  // both dS^T (and row sums) complete; stage st consumed
-        if (wg == 0) {
+        if (wg == (it & 1)) {  // this step's tail
           // dQ^_m += dS_0 K~_{c0,m} + dS_1 K~_{c0+1,m} (Eq. 21): query rows now, A = dS = (dS^T)^T via ldmatrix.trans.
           float dq[8][4];
           uint32_t qa[KC][4];
@@ -320,16 +329,16 @@ __global__ void __launch_bounds__(256, 1)
           wgmma_fence_operand(dq);
           wgmma_fence_frags(qa);
           if (act1) wgmma_fence_frags(qb);
-          if constexpr (kDet) wg_wait_turn(p.count_q + qrow, (m - 1 - gc) / 2, 0, wg_first);
+          if constexpr (kDet) wg_wait_turn(p.count_q + qrow, (m - 1 - gc) / 2, wg, wg_first);
           if constexpr (kGate) {  // dgrow[t] += the 8 warps' row sums, in a fixed order
             const float* rs = sRow(st);
-            const int t = threadIdx.x;
+            const int t = threadIdx.x % 128;
             if (t < cm.len)
               atomicAdd(p.dgrow + qrow * C + t, ((rs[t] + rs[C + t]) + (rs[2 * C + t] + rs[3 * C + t])) +
                                                     ((rs[4 * C + t] + rs[5 * C + t]) + (rs[6 * C + t] + rs[7 * C + t])));
           }
           atomic_add_acc<8>(dq, p.dqacc + qrow * C * D, D, row0, cm.len);
-          if constexpr (kDet) wg_pass_turn(p.count_q + qrow, 0, wg_first);
+          if constexpr (kDet) wg_pass_turn(p.count_q + qrow, wg, wg_first);
         }
       }
 
@@ -341,9 +350,10 @@ __global__ void __launch_bounds__(256, 1)
         wait_bar(2);
         __syncthreads();  // both E complete in shared memory
         const bool update = wg == 0 || chain1;
+        const int owner = (it - 1) & 1;  // ran the last step's tail (the other issues the next step's copies)
         uint32_t eb[KD][4];
         if (update) to_a_frags<T, NT>(e_acc, eb, 1.f);
-        if (wg == 1) {
+        if (wg == owner) {
           uint32_t ea[KC][4], ea1[KC][4];
           load_a_t<KC>(ea, sEs(0), LDP, row0);  // A(d, key) = E[key][d]: rows d = 16 (warp % 4)..
           float dpj[8][4];
@@ -369,10 +379,10 @@ __global__ void __launch_bounds__(256, 1)
           wgmma_fence_frags(ea);
           if (chain1) wgmma_fence_frags(ea1);
           int* count = p.count_p + (int64_t)jc * p.H + h;
-          if constexpr (kDet) wg_wait_turn(count, (jc - 1 - gc) / 2, 1, wg_first);
+          if constexpr (kDet) wg_wait_turn(count, (jc - 1 - gc) / 2, wg, wg_first);
           atomic_add_acc<8>(dpj, p.dpacc + ((int64_t)jc * p.H + h) * D * D, D, row0, D);
-          if constexpr (kDet) wg_pass_turn(count, 1, wg_first);
-        } else {
+          if constexpr (kDet) wg_pass_turn(count, wg, wg_first);
+        } else if (update) {
           wgmma_fence_operand(e_acc);
           wgmma_fence();
           mma_kmajor(e_acc, eb, tile(8 + ebuf), true);  // E <- E + E E_j^T
