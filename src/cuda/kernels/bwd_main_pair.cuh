@@ -25,7 +25,7 @@
 // tail stayed on one warpgroup's critical path.) dS^T tiles and the gate's row sums are double-buffered by stage
 // for that reason. One CTA barrier per chain step (E through shared memory); its dP_j tail goes to the warpgroup
 // that ran the last step's tail, so that the other reaches the next step first and issues its copies. The turns
-// of the deterministic mode are taken by one warpgroup (named barriers), in the order of the task list (plan.cu:
+// of the deterministic mode are taken warp by warp (warp_wait_turn below), in the order of the task list (plan.cu:
 // blocks of a (sequence, head) pair from the last to the first): block c0 adds to dQ^_m after the (m - 1 - c0) / 2
 // blocks that start above it, to dP_j after (j - 1 - c0) / 2.
 #pragma once
@@ -54,22 +54,21 @@ struct BwdPairSmem {
 };
 
 namespace bwd_detail {
-// Barrier of one warpgroup (128 threads; ids 1 and 2, 0 is __syncthreads).
-__device__ __forceinline__ void wg_sync(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(wg + 1) : "memory"); }
-// wait_turn / pass_turn (bwd_tiles.cuh) for one warpgroup: `first` is the warpgroup's thread 0.
-// The spinning lane rejoins its warp (__syncwarp) before the barrier: bar.sync is warp-aligned, and unlike
-// __syncthreads an inline-assembly barrier gets no reconvergence from the compiler (a first version without it had
-// racecheck report hazards across the barrier that follows).
-__device__ __forceinline__ void wg_wait_turn(const int* counter, int turn, int wg, bool first) {
-  if (first)
-    while (load_acquire(counter) < turn) __nanosleep(64);
+// The ordered turns of the deterministic mode (bwd_tiles.cuh wait_turn / pass_turn) per warp: the warps of the
+// warpgroup that adds a tile each add their own 16 rows, so each waits until the counter shows every warp of the
+// blocks before it (4 per block: target 4 x turn) and adds 1 when its own additions are done. No barrier among the
+// warpgroup's threads is needed, so the two warpgroups never wait for each other's turns. (A first version took
+// the turn per warpgroup with named barriers, bar.sync id, 128: racecheck then reported hazards, on shared tiles
+// and even between take_task's two __syncthreads; without named barriers there is nothing for it to mismatch.)
+__device__ __forceinline__ void warp_wait_turn(const int* counter, int turn) {
+  if (threadIdx.x % 32 == 0)
+    while (load_acquire(counter) < 4 * turn) __nanosleep(32);
   __syncwarp();
-  wg_sync(wg);
 }
-__device__ __forceinline__ void wg_pass_turn(int* counter, int wg, bool first) {
+__device__ __forceinline__ void warp_pass_turn(int* counter) {
   __threadfence();
-  wg_sync(wg);
-  if (first) atomicAdd(counter, 1);
+  __syncwarp();
+  if (threadIdx.x % 32 == 0) atomicAdd(counter, 1);
 }
 }  // namespace bwd_detail
 
@@ -108,7 +107,6 @@ __global__ void __launch_bounds__(256, 1)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wg = warp / 4;                            // this warpgroup: key chunk c0 + wg
-  const bool wg_first = threadIdx.x % 128 == 0;
   const int row0 = (warp % 4) * 16, r0 = row0 + lane / 4;  // this warp's 16 key rows; this thread's r0, r0 + 8
   const int my_slot = blockIdx.x * 2 + wg;
   T* slot = static_cast<T*>(p.slots) + (int64_t)my_slot * p.slot_chunks * C * D;
@@ -329,7 +327,7 @@ __global__ void __launch_bounds__(256, 1)
           wgmma_fence_operand(dq);
           wgmma_fence_frags(qa);
           if (act1) wgmma_fence_frags(qb);
-          if constexpr (kDet) wg_wait_turn(p.count_q + qrow, (m - 1 - gc) / 2, wg, wg_first);
+          if constexpr (kDet) warp_wait_turn(p.count_q + qrow, (m - 1 - gc) / 2);
           if constexpr (kGate) {  // dgrow[t] += the 8 warps' row sums, in a fixed order
             const float* rs = sRow(st);
             const int t = threadIdx.x % 128;
@@ -338,7 +336,7 @@ __global__ void __launch_bounds__(256, 1)
                                                     ((rs[4 * C + t] + rs[5 * C + t]) + (rs[6 * C + t] + rs[7 * C + t])));
           }
           atomic_add_acc<8>(dq, p.dqacc + qrow * C * D, D, row0, cm.len);
-          if constexpr (kDet) wg_pass_turn(p.count_q + qrow, wg, wg_first);
+          if constexpr (kDet) warp_pass_turn(p.count_q + qrow);
         }
       }
 
@@ -379,9 +377,9 @@ __global__ void __launch_bounds__(256, 1)
           wgmma_fence_frags(ea);
           if (chain1) wgmma_fence_frags(ea1);
           int* count = p.count_p + (int64_t)jc * p.H + h;
-          if constexpr (kDet) wg_wait_turn(count, (jc - 1 - gc) / 2, wg, wg_first);
+          if constexpr (kDet) warp_wait_turn(count, (jc - 1 - gc) / 2);
           atomic_add_acc<8>(dpj, p.dpacc + ((int64_t)jc * p.H + h) * D * D, D, row0, D);
-          if constexpr (kDet) wg_pass_turn(count, wg, wg_first);
+          if constexpr (kDet) warp_pass_turn(count);
         } else if (update) {
           wgmma_fence_operand(e_acc);
           wgmma_fence();
@@ -396,12 +394,12 @@ __global__ void __launch_bounds__(256, 1)
     }
 
     // ---- The task's own gradients: each warpgroup its chunk's dK^ = E and dV (zero when no query chunk follows it).
+    if constexpr (kGate) __syncthreads();  // the column sums were written by other threads of the warpgroup
     if (mine) {
       constexpr int kC = C;
       store_acc_f32<NT>(e_acc, p.dkacc + fac * kC * D, D, row0);
       store_acc_f32<NT>(dv_acc, p.dvacc + fac * kC * D, D, row0);
       if constexpr (kGate) {
-        wg_sync(wg);  // the column sums were written by other threads of the warpgroup
         const float* dg = sDG(wg);
         for (int i = threadIdx.x % 128; i < p.group * kC; i += 128)
           p.dgacc[((int64_t)myc * p.HQ + h * p.group + i / kC) * kC + i % kC] = dg[i];
