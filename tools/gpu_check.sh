@@ -34,9 +34,10 @@
 #          the deterministic mode's): test_cuda_backward with each forced in both modes (PATHATTN_BWD_BULK=1 / 0),
 #          memcheck + racecheck on small cases with the bulk one, then bench_fwd --bwd --only 64 with each (stages)
 #   model: only the model's bench_step
-#   pair:  the two-key-chunk main backward kernel (PATHATTN_BWD_MAIN=pair, kernels/bwd_main_pair.cuh): test_cuda_backward
+#   pair:  the two-key-chunk main backward kernel (kernels/bwd_main_pair.cuh, the D = 64 default): test_cuda_backward
 #          with it (the T = 16384 case too), memcheck + racecheck on small cases, bench_fwd --bwd --only 64 with
-#          stage times beside the one-chunk default, then the default's tests without the long case
+#          stage times beside the one-chunk kernel (PATHATTN_BWD_MAIN=one), then the one-chunk kernel's tests
+#          without the long case
 #   local: the chunk-local backward's products in plain TF32 (PATHATTN_BWD_LOCAL=tf32) against the 3xTF32 default:
 #          test_cuda_backward with each (every case's error ratios in errors_bwd_{3x,tf32}.log, the worst per
 #          gradient in the summary), memcheck on small cases with tf32, bench_fwd --bwd with stage times for each,
@@ -343,16 +344,16 @@ if [ "$MODE" = pair ]; then
   grep -E '^\[  FAILED  \]' "$OUT/errors_bwd_pair.log" | head -20 | tee -a "$SUMMARY"
   PATHATTN_BWD_MAIN=pair sanitize pair build-gpu/tests/cuda/test_cuda_backward \
     '*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T200_H2_HQ2_D64*' 300
-  for v in default pair; do
-    PATHATTN_BWD_MAIN=$([ $v = pair ] && echo pair) PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --only 64 --iters 5 \
+  for v in one pair; do
+    PATHATTN_BWD_MAIN=$v PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --only 64 --iters 5 \
       > "$OUT/bench_main_$v.log" 2>&1
     note "bench_fwd --bwd --only 64, main kernel $v: rc=$?"
     grep -E '^ +B|^ +[0-9]' "$OUT/bench_main_$v.log" | tee -a "$SUMMARY"
     python3 tools/bench_stages.py "$OUT/bench_main_$v.log" | tee -a "$SUMMARY"
   done
   t0=$(date +%s)
-  timeout 300 build-gpu/tests/cuda/test_cuda_backward --gtest_filter=-Long/* > "$OUT/errors_bwd_default.log" 2>&1
-  note "test_cuda_backward (default main kernel, Long/* left out): rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/errors_bwd_default.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
+  PATHATTN_BWD_MAIN=one timeout 300 build-gpu/tests/cuda/test_cuda_backward --gtest_filter=-Long/* > "$OUT/errors_bwd_one.log" 2>&1
+  note "test_cuda_backward (PATHATTN_BWD_MAIN=one, the one-chunk kernel, Long/* left out): rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/errors_bwd_one.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
 fi
 if [ "$MODE" = local ]; then
   # The worst ratio to its bound per gradient over a test log's cases.

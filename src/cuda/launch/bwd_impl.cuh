@@ -36,9 +36,10 @@ inline int resident(K kernel, int threads, int bytes, const char* name) {
   return per_sm * sm_count();
 }
 
-// D = 64 runs the wgmma main kernel (bwd_main_wgmma.cuh); PATHATTN_BWD_MAIN=mma selects the mma.sync one
-// (bwd_main.cuh), which D = 128 always runs, for side-by-side timing in bench_fwd; PATHATTN_BWD_MAIN=pair the
-// two-key-chunk wgmma kernel (bwd_main_pair.cuh; opt-in until measured, docs/perf/notes.md).
+// D = 64 runs the two-key-chunk wgmma main kernel (bwd_main_pair.cuh; the default since the fifteenth session:
+// bwd_main det / fast 65.9 / 44.5 -> 62.3 / 41.9 ms at 32 x 4096, 284.6 / 181.3 -> 250.1 / 170.1 at 8 x 16384,
+// docs/perf/notes.md v10); PATHATTN_BWD_MAIN=one selects the one-chunk wgmma kernel (bwd_main_wgmma.cuh) and
+// PATHATTN_BWD_MAIN=mma the mma.sync one (bwd_main.cuh), which D = 128 always runs, for side-by-side timing.
 inline const char* main_choice() {
   const char* e = std::getenv("PATHATTN_BWD_MAIN");
   return e ? e : "";
@@ -55,7 +56,7 @@ bool use_pair_main() {
   if constexpr (D != 64)
     return false;
   else
-    return std::strcmp(main_choice(), "pair") == 0;
+    return std::strcmp(main_choice(), "one") != 0 && std::strcmp(main_choice(), "mma") != 0;
 }
 
 // Whether the wgmma main kernel adds dQ^ / dP by bulk reductions (its kBulk instances) or by float4 atomics.
