@@ -35,8 +35,9 @@
 #          memcheck + racecheck on small cases with the bulk one, then bench_fwd --bwd --only 64 with each (stages)
 #   model: only the model's bench_step
 #   pair:  the two-key-chunk main backward kernel (kernels/bwd_main_pair.cuh, the D = 64 default): test_cuda_backward
-#          with it (the T = 16384 case too), memcheck + racecheck on small cases, bench_fwd --bwd --only 64 with
-#          stage times beside the one-chunk kernel (PATHATTN_BWD_MAIN=one), then the one-chunk kernel's tests
+#          with it (the T = 16384 case too), memcheck + racecheck on small cases, the same with its kUniform
+#          instances (PATHATTN_BWD_PAIR_UNIFORM=1), bench_fwd --bwd --only 64 with stage times for the one-chunk kernel
+#          (PATHATTN_BWD_MAIN=one), the default and the kUniform instances, then the one-chunk kernel's tests
 #          without the long case
 #   local: the chunk-local backward's products in plain TF32 (PATHATTN_BWD_LOCAL=tf32) against the 3xTF32 default:
 #          test_cuda_backward with each (every case's error ratios in errors_bwd_{3x,tf32}.log, the worst per
@@ -344,9 +345,16 @@ if [ "$MODE" = pair ]; then
   grep -E '^\[  FAILED  \]' "$OUT/errors_bwd_pair.log" | head -20 | tee -a "$SUMMARY"
   PATHATTN_BWD_MAIN=pair sanitize pair build-gpu/tests/cuda/test_cuda_backward \
     '*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T200_H2_HQ2_D64*' 300
-  for v in one pair; do
-    PATHATTN_BWD_MAIN=$v PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --only 64 --iters 5 \
-      > "$OUT/bench_main_$v.log" 2>&1
+  # The kUniform instances (PATHATTN_BWD_PAIR_UNIFORM=1: no serialised wgmma, ptxas C7520 gone): tests, sanitizers.
+  t0=$(date +%s)
+  PATHATTN_BWD_PAIR_UNIFORM=1 timeout 420 build-gpu/tests/cuda/test_cuda_backward > "$OUT/errors_bwd_uniform.log" 2>&1
+  note "test_cuda_backward, PATHATTN_BWD_PAIR_UNIFORM=1: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/errors_bwd_uniform.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
+  grep -E '^\[  FAILED  \]' "$OUT/errors_bwd_uniform.log" | head -20 | tee -a "$SUMMARY"
+  PATHATTN_BWD_PAIR_UNIFORM=1 sanitize uniform build-gpu/tests/cuda/test_cuda_backward \
+    '*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T200_H2_HQ2_D64*' 300
+  for v in one pair uniform; do
+    PATHATTN_BWD_MAIN=$([ $v = uniform ] && echo pair || echo $v) PATHATTN_BWD_PAIR_UNIFORM=$([ $v = uniform ] && echo 1 || echo 0) \
+      PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --only 64 --iters 5 > "$OUT/bench_main_$v.log" 2>&1
     note "bench_fwd --bwd --only 64, main kernel $v: rc=$?"
     grep -E '^ +B|^ +[0-9]' "$OUT/bench_main_$v.log" | tee -a "$SUMMARY"
     python3 tools/bench_stages.py "$OUT/bench_main_$v.log" | tee -a "$SUMMARY"

@@ -60,9 +60,16 @@ namespace bwd_detail {
 // warpgroup's threads is needed, so the two warpgroups never wait for each other's turns. (A first version took
 // the turn per warpgroup with named barriers, bar.sync id, 128: racecheck then reported hazards, on shared tiles
 // and even between take_task's two __syncthreads; without named barriers there is nothing for it to mismatch.)
+// kUniform: the spin is warp-uniform (every lane loads, lane 0's value decides). The loop that lane 0 runs alone is a
+// divergent path before the next wgmma, and ptxas then serialises the kernel's wgmma (warning C7520: "wgmma.mma_async
+// instructions are serialized due to program dependence on compiler-inserted WG.AR in divergent path").
+template <bool kUniform>
 __device__ __forceinline__ void warp_wait_turn(const int* counter, int turn) {
-  if (threadIdx.x % 32 == 0)
+  if constexpr (kUniform) {
+    while (__shfl_sync(0xffffffffu, load_acquire(counter), 0) < 4 * turn) __nanosleep(32);
+  } else if (threadIdx.x % 32 == 0) {
     while (load_acquire(counter) < 4 * turn) __nanosleep(32);
+  }
   __syncwarp();
 }
 __device__ __forceinline__ void warp_pass_turn(int* counter) {
@@ -72,7 +79,12 @@ __device__ __forceinline__ void warp_pass_turn(int* counter) {
 }
 }  // namespace bwd_detail
 
-template <typename T, bool kGate, bool kDet>
+// kUniform (opt-in, PATHATTN_BWD_PAIR_UNIFORM=1; written in the fifteenth session after its last GPU run, not yet
+// run): the warpgroup index and the turns' spin in forms ptxas can see are warp-uniform (the warpgroup index through
+// a shuffle from lane 0), so that the role branches and the turns are no divergent paths before a wgmma. Without
+// them ptxas serialises every wgmma of the kernel (C7520, all four instances per dtype), so that no product overlaps
+// the next instruction; with them no instance warns (ptxas: 253-255 registers, 8-76 bytes of spill).
+template <typename T, bool kGate, bool kDet, bool kUniform>
 __global__ void __launch_bounds__(256, 1)
     bwd_main_pair_kernel(const BwdParams p, const __grid_constant__ CUtensorMap tm_q,
                          const __grid_constant__ CUtensorMap tm_do, const __grid_constant__ CUtensorMap tm_step,
@@ -106,7 +118,8 @@ __global__ void __launch_bounds__(256, 1)
   __shared__ int s_task;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wg = warp / 4;                            // this warpgroup: key chunk c0 + wg
+  // this warpgroup: key chunk c0 + wg
+  const int wg = kUniform ? __shfl_sync(0xffffffffu, warp / 4, 0) : warp / 4;
   const int row0 = (warp % 4) * 16, r0 = row0 + lane / 4;  // this warp's 16 key rows; this thread's r0, r0 + 8
   const int my_slot = blockIdx.x * 2 + wg;
   T* slot = static_cast<T*>(p.slots) + (int64_t)my_slot * p.slot_chunks * C * D;
@@ -327,7 +340,7 @@ __global__ void __launch_bounds__(256, 1)
           wgmma_fence_operand(dq);
           wgmma_fence_frags(qa);
           if (act1) wgmma_fence_frags(qb);
-          if constexpr (kDet) warp_wait_turn(p.count_q + qrow, (m - 1 - gc) / 2);
+          if constexpr (kDet) warp_wait_turn<kUniform>(p.count_q + qrow, (m - 1 - gc) / 2);
           if constexpr (kGate) {  // dgrow[t] += the 8 warps' row sums, in a fixed order
             const float* rs = sRow(st);
             const int t = threadIdx.x % 128;
@@ -377,7 +390,7 @@ __global__ void __launch_bounds__(256, 1)
           wgmma_fence_frags(ea);
           if (chain1) wgmma_fence_frags(ea1);
           int* count = p.count_p + (int64_t)jc * p.H + h;
-          if constexpr (kDet) warp_wait_turn(count, (jc - 1 - gc) / 2);
+          if constexpr (kDet) warp_wait_turn<kUniform>(count, (jc - 1 - gc) / 2);
           atomic_add_acc<8>(dpj, p.dpacc + ((int64_t)jc * p.H + h) * D * D, D, row0, D);
           if constexpr (kDet) warp_pass_turn(count);
         } else if (update) {

@@ -51,6 +51,19 @@ bool use_wgmma_main() {
   else
     return std::strcmp(main_choice(), "mma") != 0;
 }
+// The two-chunk kernel's instance: kUniform (bwd_main_pair.cuh) with PATHATTN_BWD_PAIR_UNIFORM=1, an A/B switch until
+// the GPU has tested and timed it.
+inline bool pair_uniform() {
+  static const bool on = [] {
+    const char* e = std::getenv("PATHATTN_BWD_PAIR_UNIFORM");
+    return e && std::strcmp(e, "1") == 0;
+  }();
+  return on;
+}
+template <typename T, bool kGate, bool kDet>
+auto pair_main_instance() {
+  return pair_uniform() ? bwd_main_pair_kernel<T, kGate, kDet, true> : bwd_main_pair_kernel<T, kGate, kDet, false>;
+}
 template <int D>
 bool use_pair_main() {
   if constexpr (D != 64)
@@ -105,7 +118,8 @@ BwdGrid bwd_grid(int group) {
   g.pair_main = bwd_launch_detail::use_pair_main<D>();
   if constexpr (D == 64)
     if (g.pair_main)
-      g.main_ctas = bwd_launch_detail::resident(bwd_main_pair_kernel<T, kGate, kDet>, 256, BwdPairSmem::bytes(group, kGate),
+      g.main_ctas = bwd_launch_detail::resident(bwd_launch_detail::pair_main_instance<T, kGate, kDet>(), 256,
+                                                BwdPairSmem::bytes(group, kGate),
                                                 "bwd_main_pair_kernel");
     else if (g.wgmma_main)
       g.main_ctas = bwd_launch_detail::resident(bwd_launch_detail::wgmma_main_instance<T, kGate, kDet>(), 128,
@@ -154,9 +168,9 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
                                                 64, 64, 64, "the backward's slots");
       if (grid.pair_main) {
         const int bytes = BwdPairSmem::bytes(p.group, kGate);
-        CUDA_CHECK(cudaFuncSetAttribute(bwd_main_pair_kernel<T, kGate, kDet>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        bytes));
-        bwd_main_pair_kernel<T, kGate, kDet><<<grid.main_ctas, 256, bytes, stream>>>(p, tm_q, tm_do, tm_step, tm_slot);
+        const auto kernel = bwd_launch_detail::pair_main_instance<T, kGate, kDet>();
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        kernel<<<grid.main_ctas, 256, bytes, stream>>>(p, tm_q, tm_do, tm_step, tm_slot);
         CUDA_CHECK_LAUNCH("bwd_main_pair_kernel");
         mark("bwd_main");
         launch_local<T, D, kGate>(p, grid, stream, mark);
