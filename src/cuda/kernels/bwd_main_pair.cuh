@@ -1,4 +1,5 @@
-// The main backward kernel at D = 64 with two key chunks per task (opt-in, PATHATTN_BWD_MAIN=pair): the math and
+// The main backward kernel at D = 64 with two key chunks per task (the default since the fifteenth session;
+// PATHATTN_BWD_MAIN=one runs bwd_main_wgmma.cuh's one-chunk kernel instead): the math and
 // the per-chunk steps of bwd_main_wgmma.cuh (docs/math.md Eq. 18-23, 33), with one task = (key block c0, c0 + 1,
 // kv head h) and one CTA = two warpgroups, warpgroup w owning key chunk c0 + w (its rows 16 (warp % 4)..).
 //
@@ -6,7 +7,9 @@
 // atomic streams, a 64 x 64 tile of dQ^_m per (query chunk, key chunk) pair and a D x D tile of dP_j per (chunk j,
 // key chunk) pair, and the deterministic mode's ordered turns add as much again. With two key chunks per CTA
 // both chunks' contributions are summed on the tensor cores before one atomic tile goes out, so the additions and
-// the turns are halved, and the two chunks share every Q^, dO^ and E_m tile load:
+// the turns are halved, and the two chunks share every Q^, dO^ and E_m tile load. Measured (notes.md v10): bwd_main
+// 5-6% faster than the one-chunk kernel at 32 x 4096, 6-12% at 8 x 16384, far less than the halved additions
+// promised, because a tail's latency, not the additions' throughput, was what they cost:
 //
 //   phase 1, m = c0+1 .. last: each warpgroup carries its K^ (warpgroup 1 from m = c0+2), E_m shared
 //   phase 2, m = last .. c0+1, every query head of the group (warpgroup 1 idle at m = c0 + 1, its diagonal):
