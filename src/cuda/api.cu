@@ -241,9 +241,6 @@ struct BwdBuffers {
   int count_q, count_p, next_task, dohat, slots, local;
 };
 
-// The main kernel's slots: one per CTA, two with the two-key-chunk kernel (one per warpgroup).
-int main_slots(const BwdGrid& grid) { return grid.main_ctas * (grid.pair_main ? 2 : 1); }
-
 BwdBuffers declare_backward(Workspace& ws, const Problem& p, const Plan& plan, const BwdGrid& grid) {
   const int NC = static_cast<int>(plan.chunks.size());
   const int64_t D = p.D;

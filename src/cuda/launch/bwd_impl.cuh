@@ -133,19 +133,6 @@ BwdGrid bwd_grid(int group) {
   return g;
 }
 
-// The stages after the main kernel: the chunk-local backward, then the gate's reverse cumulative sum.
-template <typename T, int D, bool kGate>
-void launch_local(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, const StageMark& mark) {
-  constexpr int bytes = bwd_local_smem_bytes<D>();
-  const auto kernel = bwd_launch_detail::local_instance<T, D, kGate>();
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  kernel<<<grid.local_ctas, local_detail::LocalTiles<D>::kThreads, bytes, stream>>>(p);
-  CUDA_CHECK_LAUNCH("bwd_local_kernel");
-  mark("bwd_local");
-  if constexpr (kGate) launch_bwd_gate(p, stream);
-  mark("bwd_gate");
-}
-
 template <typename T, int D, bool kGate, bool kDet>
 void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, const StageMark& mark) {
   {
@@ -163,8 +150,7 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
       const CUtensorMap tm_do = tensor_map_2d(p.dohat, q_rows, 64, 64, 64, 64, "the dO^ workspace");
       const CUtensorMap tm_step =
           tensor_map_2d(p.ws.step, static_cast<int64_t>(p.num_chunks) * p.H * 64, 64, 64, 64, 64, "the E workspace");
-      const int slots = grid.main_ctas * (grid.pair_main ? 2 : 1);
-      const CUtensorMap tm_slot = tensor_map_2d(p.slots, static_cast<int64_t>(slots) * p.slot_chunks * kChunk, 64,
+      const CUtensorMap tm_slot = tensor_map_2d(p.slots, static_cast<int64_t>(main_slots(grid)) * p.slot_chunks * kChunk, 64,
                                                 64, 64, 64, "the backward's slots");
       if (grid.pair_main) {
         const int bytes = BwdPairSmem::bytes(p.group, kGate);
@@ -172,15 +158,13 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
         kernel<<<grid.main_ctas, 256, bytes, stream>>>(p, tm_q, tm_do, tm_step, tm_slot);
         CUDA_CHECK_LAUNCH("bwd_main_pair_kernel");
-        mark("bwd_main");
-        launch_local<T, D, kGate>(p, grid, stream, mark);
-        return;
+      } else {
+        const auto kernel = bwd_launch_detail::wgmma_main_instance<T, kGate, kDet>();
+        const int bytes = BwdWgSmem::bytes(p.group, kGate, bwd_launch_detail::bulk_reduce_for<kDet>());
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        kernel<<<grid.main_ctas, 128, bytes, stream>>>(p, tm_q, tm_do, tm_step, tm_slot);
+        CUDA_CHECK_LAUNCH("bwd_main_wgmma_kernel");
       }
-      const auto kernel = bwd_launch_detail::wgmma_main_instance<T, kGate, kDet>();
-      const int bytes = BwdWgSmem::bytes(p.group, kGate, bwd_launch_detail::bulk_reduce_for<kDet>());
-      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-      kernel<<<grid.main_ctas, 128, bytes, stream>>>(p, tm_q, tm_do, tm_step, tm_slot);
-      CUDA_CHECK_LAUNCH("bwd_main_wgmma_kernel");
     }
   } else {
     const int bytes = BwdMainSmem<D>::bytes(p.group, kGate);
@@ -189,7 +173,16 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
     CUDA_CHECK_LAUNCH("bwd_main_kernel");
   }
   mark("bwd_main");
-  launch_local<T, D, kGate>(p, grid, stream, mark);
+  {
+    constexpr int bytes = bwd_local_smem_bytes<D>();
+    const auto kernel = bwd_launch_detail::local_instance<T, D, kGate>();
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    kernel<<<grid.local_ctas, local_detail::LocalTiles<D>::kThreads, bytes, stream>>>(p);
+    CUDA_CHECK_LAUNCH("bwd_local_kernel");
+  }
+  mark("bwd_local");
+  if constexpr (kGate) launch_bwd_gate(p, stream);
+  mark("bwd_gate");
 }
 
 #define PATHATTN_BWD(T, D, G, DET)                             \

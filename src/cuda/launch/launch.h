@@ -27,6 +27,8 @@ struct BwdGrid {
   bool pair_main = false;   // ... its two-key-chunk form, bwd_main_pair (also wgmma_main): tasks are blocks of two
                             // chunks (plan.h key_block), two slots per CTA
 };
+// The main kernel's slots (BwdParams::slots): one per CTA, one per warpgroup of the two-key-chunk kernel.
+inline int main_slots(const BwdGrid& g) { return g.main_ctas * (g.pair_main ? 2 : 1); }
 template <typename T, int D, bool kGate, bool kDet>
 BwdGrid bwd_grid(int group);
 // bwd_prep, bwd_main, bwd_local, and the gate's reverse cumulative sum; the UT preprocess and the gate
