@@ -95,7 +95,6 @@ __global__ void __launch_bounds__(256, 1)
   using namespace fwd_detail;
   using namespace bwd_detail;
   using S = BwdPairSmem;
-  using Tag = typename WgmmaTag<T>::type;
   constexpr int D = 64, C = kChunk, LDP = S::LDP;
   constexpr int NT = D / 8, KD = D / 16, NC8 = C / 8, KC = C / 16;
 
@@ -157,17 +156,6 @@ __global__ void __launch_bounds__(256, 1)
       if (two) bulk_load(smem_addr(sGk(s, 1)), p.ws.gl + ((int64_t)(gc + 1) * p.HQ + hq) * C, C * 4, bar(s));
     }
   };
-  // Four k16 steps of a 64-deep product, B K-major (+32 bytes a step) or MN-major (+2048 bytes a step).
-  auto mma_kmajor = [&](float(&acc)[8][4], const uint32_t(&a)[4][4], const T* b, bool accumulate) {
-    const uint64_t desc = wgmma_desc_sw128(smem_addr(b));
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_m64n64k16_rs<0>(acc, a[kk], desc + 2 * kk, accumulate || kk > 0, Tag{});
-  };
-  auto mma_mnmajor = [&](float(&acc)[8][4], const uint32_t(&a)[4][4], const T* b, bool accumulate) {
-    const uint64_t desc = wgmma_desc_sw128(smem_addr(b));
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_m64n64k16_rs<1>(acc, a[kk], desc + 128 * kk, accumulate || kk > 0, Tag{});
-  };
   __syncthreads();
 
   for (;;) {
@@ -221,7 +209,7 @@ __global__ void __launch_bounds__(256, 1)
         to_a_frags<T, NT>(kc, ka, 1.f);
         wgmma_fence_operand(kc);
         wgmma_fence();
-        mma_mnmajor(kc, ka, tile(8 + b), true);  // K~ <- K~ + K~ E_m  (K~ P_m^T)
+        wgmma_k64<1>(kc, ka, tile(8 + b), true);  // K~ <- K~ + K~ E_m  (K~ P_m^T)
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_operand(kc);
@@ -294,8 +282,8 @@ __global__ void __launch_bounds__(256, 1)
           wgmma_fence_operand(s);
           wgmma_fence_operand(dp);
           wgmma_fence();
-          mma_kmajor(s, ka, sQ, false);    // S^T = K~ Q^^T: [key][query]
-          mma_kmajor(dp, va, sdO, false);  // (dO V^T)^T = V dO^T
+          wgmma_k64<0>(s, ka, sQ, false);    // S^T = K~ Q^^T: [key][query]
+          wgmma_k64<0>(dp, va, sdO, false);  // (dO V^T)^T = V dO^T
           wgmma_commit();
           wgmma_wait<0>();
           wgmma_fence_operand(s);
@@ -309,8 +297,8 @@ __global__ void __launch_bounds__(256, 1)
           wgmma_fence_operand(dv_acc);
           wgmma_fence_operand(e_acc);
           wgmma_fence();
-          mma_mnmajor(dv_acc, pa, sdO, true);
-          mma_mnmajor(e_acc, da, sQ, true);
+          wgmma_k64<1>(dv_acc, pa, sdO, true);
+          wgmma_k64<1>(e_acc, da, sQ, true);
           wgmma_commit();
           store_acc<T, NC8>(dp, sDS(wg, st), LDP, row0, p.scale);
           if constexpr (kGate) gate_tile_sums(colsum, dp, sDG(wg) + j * C, sRow(st), r0);
@@ -330,13 +318,13 @@ __global__ void __launch_bounds__(256, 1)
           load_a_t<KC>(qa, sDS(0, st), LDP, row0);
           wgmma_fence_operand(dq);
           wgmma_fence();
-          mma_mnmajor(dq, qa, tile(kt), false);
+          wgmma_k64<1>(dq, qa, tile(kt), false);
           wgmma_commit();
           uint32_t qb[KC][4];
           if (act1) {
             load_a_t<KC>(qb, sDS(1, st), LDP, row0);
             wgmma_fence();
-            mma_mnmajor(dq, qb, tile(2 + kt), true);
+            wgmma_k64<1>(dq, qb, tile(2 + kt), true);
             wgmma_commit();
           }
           wgmma_wait<0>();
@@ -373,17 +361,17 @@ __global__ void __launch_bounds__(256, 1)
           float dpj[8][4];
           wgmma_fence_operand(dpj);
           wgmma_fence();
-          mma_mnmajor(dpj, ea, tile(kt ^ 1), false);
+          wgmma_k64<1>(dpj, ea, tile(kt ^ 1), false);
           if (chain1) {
             load_a_t<KC>(ea1, sEs(1), LDP, row0);
             wgmma_fence();
-            mma_mnmajor(dpj, ea1, tile(2 + (kt ^ 1)), true);
+            wgmma_k64<1>(dpj, ea1, tile(2 + (kt ^ 1)), true);
           }
           wgmma_commit();
           if (update) {
             wgmma_fence_operand(e_acc);
             wgmma_fence();
-            mma_kmajor(e_acc, eb, tile(8 + ebuf), true);  // E <- E + E E_j^T
+            wgmma_k64<0>(e_acc, eb, tile(8 + ebuf), true);  // E <- E + E E_j^T
             wgmma_commit();
             wgmma_wait<1>();  // dP_j's products are done; E's may still run
           } else {
@@ -399,7 +387,7 @@ __global__ void __launch_bounds__(256, 1)
         } else if (update) {
           wgmma_fence_operand(e_acc);
           wgmma_fence();
-          mma_kmajor(e_acc, eb, tile(8 + ebuf), true);  // E <- E + E E_j^T
+          wgmma_k64<0>(e_acc, eb, tile(8 + ebuf), true);  // E <- E + E E_j^T
           wgmma_commit();
         }
         wgmma_wait<0>();

@@ -94,7 +94,6 @@ __global__ void __launch_bounds__(128, 2)
   using namespace fwd_detail;
   using namespace bwd_detail;
   using S = BwdWgSmem;
-  using Tag = typename WgmmaTag<T>::type;
   constexpr int D = 64, C = kChunk, LDP = S::LDP;
   constexpr int NT = D / 8, KD = D / 16, NC8 = C / 8, KC = C / 16;
 
@@ -152,18 +151,6 @@ __global__ void __launch_bounds__(128, 2)
       bulk_load(smem_addr(sGk(s)), p.ws.gl + ((int64_t)gc * p.HQ + hq) * C, C * 4, bar(s));
     }
   };
-  // wgmma over the four k16 steps of a 64-deep product: B K-major (a step is 32 bytes along the swizzled rows:
-  // +2 in the descriptor's 16-byte units) or MN-major (a step is 16 rows, 2048 bytes: +128).
-  auto mma_kmajor = [&](float(&acc)[8][4], const uint32_t(&a)[4][4], const T* b, bool accumulate) {
-    const uint64_t desc = wgmma_desc_sw128(smem_addr(b));
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_m64n64k16_rs<0>(acc, a[kk], desc + 2 * kk, accumulate || kk > 0, Tag{});
-  };
-  auto mma_mnmajor = [&](float(&acc)[8][4], const uint32_t(&a)[4][4], const T* b, bool accumulate) {
-    const uint64_t desc = wgmma_desc_sw128(smem_addr(b));
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_m64n64k16_rs<1>(acc, a[kk], desc + 128 * kk, accumulate || kk > 0, Tag{});
-  };
   __syncthreads();
 
   for (;;) {
@@ -206,7 +193,7 @@ __global__ void __launch_bounds__(128, 2)
       to_a_frags<T, NT>(kc, ka, 1.f);
       wgmma_fence_operand(kc);
       wgmma_fence();
-      if (!(p.timing_skip & 4)) mma_mnmajor(kc, ka, tile(6 + b), true);  // K~ <- K~ + K~ E_m  (K~ P_m^T)
+      if (!(p.timing_skip & 4)) wgmma_k64<1>(kc, ka, tile(6 + b), true);  // K~ <- K~ + K~ E_m  (K~ P_m^T)
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_fence_operand(kc);
@@ -259,8 +246,8 @@ __global__ void __launch_bounds__(128, 2)
         wgmma_fence_operand(s);
         wgmma_fence_operand(dp);
         wgmma_fence();
-        mma_kmajor(s, ka, sQ, false);    // S^T = K~ Q^^T: [key][query]
-        mma_kmajor(dp, va, sdO, false);  // (dO V^T)^T = V dO^T
+        wgmma_k64<0>(s, ka, sQ, false);    // S^T = K~ Q^^T: [key][query]
+        wgmma_k64<0>(dp, va, sdO, false);  // (dO V^T)^T = V dO^T
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_operand(s);
@@ -275,8 +262,8 @@ __global__ void __launch_bounds__(128, 2)
         wgmma_fence_operand(dv_acc);
         wgmma_fence_operand(e_acc);
         wgmma_fence();
-        mma_mnmajor(dv_acc, pa, sdO, true);
-        mma_mnmajor(e_acc, da, sQ, true);
+        wgmma_k64<1>(dv_acc, pa, sdO, true);
+        wgmma_k64<1>(e_acc, da, sQ, true);
         wgmma_commit();
         store_acc<T, NC8>(dp, sDS, LDP, row0, p.scale);
         if constexpr (kGate) gate_tile_sums(colsum, dp, sDG + j * C, sRow, r0);
@@ -287,7 +274,7 @@ __global__ void __launch_bounds__(128, 2)
         float dq[8][4];
         wgmma_fence_operand(dq);
         wgmma_fence();
-        if (!(p.timing_skip & 8)) mma_mnmajor(dq, qa, tile(kt), false);
+        if (!(p.timing_skip & 8)) wgmma_k64<1>(dq, qa, tile(kt), false);
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_operand(dq);
@@ -318,13 +305,13 @@ __global__ void __launch_bounds__(128, 2)
         float dpj[8][4];
         wgmma_fence_operand(dpj);
         wgmma_fence();
-        mma_mnmajor(dpj, ea, tile(kt ^ 1), false);
+        wgmma_k64<1>(dpj, ea, tile(kt ^ 1), false);
         wgmma_commit();
         uint32_t eb[KD][4];
         to_a_frags<T, NT>(e_acc, eb, 1.f);
         wgmma_fence_operand(e_acc);
         wgmma_fence();  // eb was just written by ordinary instructions
-        mma_kmajor(e_acc, eb, tile(6), true);  // E <- E + E E_j^T
+        wgmma_k64<0>(e_acc, eb, tile(6), true);  // E <- E + E E_j^T
         wgmma_commit();
         wgmma_wait<1>();  // dP_j's product is done; E's may still run
         wgmma_fence_operand(dpj);
