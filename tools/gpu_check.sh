@@ -413,8 +413,7 @@ if [ "$MODE" = bwd ]; then
   for var in ${BWD_VARIANTS:-}; do
     env "$var" PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --iters 5 \
       --shape ${VARIANT_SHAPE:-32,4096,32,64} > "$OUT/bench_variant.log" 2>&1
-    stage() { grep "profile\] $1 " "$OUT/bench_variant.log" | awk '{print $4}' | sed -n '4p;8p' | tr '\n' ' '; }
-    note "$var: bwd det/fast ms $(grep -E '^ +[0-9]' "$OUT/bench_variant.log" | awk '{print $9, $10}') | main $(stage bwd_main)| local $(stage bwd_local)"
+    note "$var: bwd det/fast ms $(grep -E '^ +[0-9]' "$OUT/bench_variant.log" | awk '{print $9, $10}') |$(python3 tools/bench_stages.py "$OUT/bench_variant.log" | tail -1 | cut -d'|' -f3-)"
   done
   [ "${NO_NCU:-0}" = 1 ] || { t0=$(date +%s)
   ncu --clock-control none -k "regex:bwd_main|bwd_local" --launch-skip 2 --launch-count 2 \
