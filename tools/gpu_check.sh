@@ -36,9 +36,11 @@
 #   model: only the model's bench_step
 #   pair:  the two-key-chunk main backward kernel (kernels/bwd_main_pair.cuh, the D = 64 default): test_cuda_backward
 #          with it (the T = 16384 case too), memcheck + racecheck on small cases, the same with its kUniform
-#          instances (PATHATTN_BWD_PAIR_UNIFORM=1), bench_fwd --bwd --only 64 with stage times for the one-chunk kernel
-#          (PATHATTN_BWD_MAIN=one), the default and the kUniform instances, then the one-chunk kernel's tests
-#          without the long case
+#          instances (PATHATTN_BWD_PAIR_UNIFORM=1), the fast mode's kBulk instances over the case table
+#          (PATHATTN_TEST_BWD_FAST=1 PATHATTN_BWD_PAIR_BULK=1, with and without kUniform) and their sanitizers,
+#          bench_fwd --bwd --only 64 with stage times for the one-chunk kernel (PATHATTN_BWD_MAIN=one), the default,
+#          kUniform and kUniform + kBulk (the bulk rows' fast column), then the one-chunk kernel's tests without the
+#          long case
 #   local: the chunk-local backward's products in plain TF32 (PATHATTN_BWD_LOCAL=tf32) against the 3xTF32 default:
 #          test_cuda_backward with each (every case's error ratios in errors_bwd_{3x,tf32}.log, the worst per
 #          gradient in the summary), memcheck on small cases with tf32, bench_fwd --bwd with stage times for each,
@@ -352,8 +354,21 @@ if [ "$MODE" = pair ]; then
   grep -E '^\[  FAILED  \]' "$OUT/errors_bwd_uniform.log" | head -20 | tee -a "$SUMMARY"
   PATHATTN_BWD_PAIR_UNIFORM=1 sanitize uniform build-gpu/tests/cuda/test_cuda_backward \
     '*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T200_H2_HQ2_D64*' 300
-  for v in one pair uniform; do
-    PATHATTN_BWD_MAIN=$([ $v = uniform ] && echo pair || echo $v) PATHATTN_BWD_PAIR_UNIFORM=$([ $v = uniform ] && echo 1 || echo 0) \
+  # The kBulk instances (PATHATTN_BWD_PAIR_BULK=1: the fast mode's tails by bulk reductions), in the fast mode over
+  # the whole case table (PATHATTN_TEST_BWD_FAST=1), with the default and the kUniform instances; sanitizers.
+  for u in 0 1; do
+    t0=$(date +%s)
+    PATHATTN_TEST_BWD_FAST=1 PATHATTN_BWD_PAIR_BULK=1 PATHATTN_BWD_PAIR_UNIFORM=$u timeout 420 \
+      build-gpu/tests/cuda/test_cuda_backward --gtest_filter=-Long/* > "$OUT/errors_bwd_bulk_u$u.log" 2>&1
+    note "test_cuda_backward, fast mode, PATHATTN_BWD_PAIR_BULK=1 PATHATTN_BWD_PAIR_UNIFORM=$u: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/errors_bwd_bulk_u$u.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
+    grep -E '^\[  FAILED  \]' "$OUT/errors_bwd_bulk_u$u.log" | head -20 | tee -a "$SUMMARY"
+  done
+  PATHATTN_TEST_BWD_FAST=1 PATHATTN_BWD_PAIR_BULK=1 PATHATTN_BWD_PAIR_UNIFORM=1 sanitize bulk build-gpu/tests/cuda/test_cuda_backward \
+    '*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T200_H2_HQ2_D64*' 300
+  for v in one pair uniform bulk; do
+    PATHATTN_BWD_MAIN=$(case $v in one) echo one;; *) echo pair;; esac) \
+      PATHATTN_BWD_PAIR_UNIFORM=$(case $v in uniform|bulk) echo 1;; *) echo 0;; esac) \
+      PATHATTN_BWD_PAIR_BULK=$([ $v = bulk ] && echo 1 || echo 0) \
       PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --only 64 --iters 5 > "$OUT/bench_main_$v.log" 2>&1
     note "bench_fwd --bwd --only 64, main kernel $v: rc=$?"
     grep -E '^ +B|^ +[0-9]' "$OUT/bench_main_$v.log" | tee -a "$SUMMARY"

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -118,6 +119,14 @@ void check_gradients(const DevGrads& g, const RecurrenceResult& ref, const Recur
   EXPECT_TRUE(g.dg.buf.guards_intact()) << "write outside dg";  // also when dg is not passed (no gate)
 }
 
+// PATHATTN_TEST_BWD_FAST=1 runs the case table's backward in the fast mode (deterministic = false) instead of the
+// default deterministic one, so that the fast mode's own kernel instances (the main kernels' bulk additions:
+// PATHATTN_BWD_BULK, PATHATTN_BWD_PAIR_BULK) meet every case, not only the determinism test's one; the same rule.
+bool test_fast_mode() {
+  const char* e = std::getenv("PATHATTN_TEST_BWD_FAST");
+  return e && std::string(e) == "1";
+}
+
 class CudaBackward : public ::testing::TestWithParam<GpuSpec> {};
 
 TEST_P(CudaBackward, MatchesReference) {
@@ -128,9 +137,9 @@ TEST_P(CudaBackward, MatchesReference) {
 
   ASSERT_NO_THROW(c.forward());
   DevGrads g(c.gs);
-  ASSERT_NO_THROW(c.backward(g, true));
+  ASSERT_NO_THROW(c.backward(g, !test_fast_mode()));
   TEST_CUDA(cudaDeviceSynchronize());
-  std::printf("%s\n", c.gs.name().c_str());
+  std::printf("%s%s\n", c.gs.name().c_str(), test_fast_mode() ? ", deterministic = false" : "");
   check_gradients(g, ref, base);
 
   if (s.beta == BetaDist::exact0) {

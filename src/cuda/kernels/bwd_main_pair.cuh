@@ -43,7 +43,8 @@ namespace pathattn::cuda {
 //   2w, 2w + 1: K~ of warpgroup w (current, next)    4 + 2s: Q^ of stage s    5 + 2s: dO^ of stage s
 //   8, 9: E steps (phase 1: E_{m+1} ahead; phase 2: the chain's E_{m-1}, alternating)
 // then padded [C][LDP] tiles read by ldmatrix: dS^T of warpgroup w and stage s (4), and per warpgroup V at the
-// task's start, then E for the chain step (2); then floats and the mbarriers.
+// task's start, then E for the chain step (2); then floats and the mbarriers; then (kBulk only) one f32 staging
+// tile [C][kStageLd] per warpgroup for the bulk additions.
 struct BwdPairSmem {
   static constexpr int C = kChunk, LDP = 64 + 8;
   static constexpr int kTile = C * 64;
@@ -51,8 +52,11 @@ struct BwdPairSmem {
   static constexpr int kPadHalves = 6 * C * LDP;
   // per stage: lse2, delta, query gate, key gate of chunk c0, of c0 + 1 [C] each (5 C); row sums [2 stages][8 warps][C]
   static constexpr int kFloats = 2 * 5 * C + 2 * 8 * C;
-  static constexpr int bytes(int group, bool gate) {
-    return 1024 + (kSwzHalves + kPadHalves) * 2 + (kFloats + (gate ? 2 * group * C : 0)) * 4 + 5 * 8;
+  static constexpr int kStageLd = 64 + 8;  // float2 stores of a warp's 8 rows x 4 lanes land on distinct banks
+  static constexpr int kStageBytes = 2 * C * kStageLd * 4 + 16;  // + 16: alignment of the bulk source
+  static constexpr int bytes(int group, bool gate, bool bulk) {
+    return 1024 + (kSwzHalves + kPadHalves) * 2 + (kFloats + (gate ? 2 * group * C : 0)) * 4 + 5 * 8 +
+           (bulk ? kStageBytes : 0);
   }
 };
 
@@ -80,6 +84,27 @@ __device__ __forceinline__ void warp_pass_turn(int* counter) {
   __syncwarp();
   if (threadIdx.x % 32 == 0) atomicAdd(counter, 1);
 }
+// kBulk (the fast mode only): a tail's 64 x 64 f32 tile added to global memory by bulk reductions instead of float4
+// atomics: the one-chunk kernel's kBulk (bwd_main_wgmma.cuh stage_acc, bulk_add_rows) per warp. The warp stages its
+// own 16 rows in its warpgroup's staging tile and its lanes 0-15 each add one 256-byte row (rows < `rows`), so no
+// barrier among the warpgroup's warps is needed; a lane first waits until the engine has read the row it added last.
+__device__ __forceinline__ void warp_bulk_add(const float (&acc)[8][4], float* stage, float* g0, int row0, int rows) {
+  constexpr int LD = BwdPairSmem::kStageLd;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  if (lane < 16) bulk_wait_read();
+  __syncwarp();
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    *reinterpret_cast<float2*>(stage + (row0 + g) * LD + nt * 8 + 2 * t) = make_float2(acc[nt][0], acc[nt][1]);
+    *reinterpret_cast<float2*>(stage + (row0 + g + 8) * LD + nt * 8 + 2 * t) = make_float2(acc[nt][2], acc[nt][3]);
+  }
+  fence_proxy_async_smem();  // the stores, before the copy engine reads them
+  __syncwarp();
+  if (lane < 16 && row0 + lane < rows) {
+    bulk_reduce_add_f32(g0 + (row0 + lane) * 64, smem_addr(stage + (row0 + lane) * LD), 64 * 4);
+    bulk_commit();
+  }
+}
 }  // namespace bwd_detail
 
 // kUniform (opt-in, PATHATTN_BWD_PAIR_UNIFORM=1; written in the fifteenth session after its last GPU run, not yet
@@ -87,7 +112,9 @@ __device__ __forceinline__ void warp_pass_turn(int* counter) {
 // a shuffle from lane 0), so that the role branches and the turns are no divergent paths before a wgmma. Without
 // them ptxas serialises every wgmma of the kernel (C7520, all four instances per dtype), so that no product overlaps
 // the next instruction; with them no instance warns (ptxas: 253-255 registers, 8-76 bytes of spill).
-template <typename T, bool kGate, bool kDet, bool kUniform>
+// kBulk (opt-in, PATHATTN_BWD_PAIR_BULK=1, the fast mode only; written in the fifteenth session after its last GPU
+// run, not yet run): the tails' additions by bulk reductions (warp_bulk_add above).
+template <typename T, bool kGate, bool kDet, bool kUniform, bool kBulk>
 __global__ void __launch_bounds__(256, 1)
     bwd_main_pair_kernel(const BwdParams p, const __grid_constant__ CUtensorMap tm_q,
                          const __grid_constant__ CUtensorMap tm_do, const __grid_constant__ CUtensorMap tm_step,
@@ -113,7 +140,12 @@ __global__ void __launch_bounds__(256, 1)
   auto sRow = [&](int s) { return fl + 10 * C + s * 8 * C; };  // [8 warps][C] row sums of dl (kGate)
   float* sDG0 = fl + 26 * C;                                    // [2][group][C] gate column sums (kGate)
   auto sDG = [&](int w) { return sDG0 + w * p.group * C; };
+  static_assert(!(kDet && kBulk), "bulk additions complete in no fixed order: the fast mode only");
   const uint32_t bar0 = smem_addr(sDG0 + (kGate ? 2 * p.group * C : 0));
+  // The staging tiles of the bulk additions (kBulk), one per warpgroup, 16-byte aligned after the mbarriers.
+  float* sStage0 = reinterpret_cast<float*>(
+      (reinterpret_cast<uintptr_t>(sDG0 + (kGate ? 2 * p.group * C : 0)) + 5 * 8 + 15) & ~static_cast<uintptr_t>(15));
+  auto sStage = [&](int w) { return sStage0 + w * C * S::kStageLd; };
   // mbarriers: 0, 1 query stages; 2 chain (both K~_{.,m-1} and E_{m-1}; the K~_{.,last} at phase 2's start);
   // 3, 4 phase 1 steps
   auto bar = [&](int i) { return bar0 + 8 * i; };
@@ -339,7 +371,10 @@ __global__ void __launch_bounds__(256, 1)
               atomicAdd(p.dgrow + qrow * C + t, ((rs[t] + rs[C + t]) + (rs[2 * C + t] + rs[3 * C + t])) +
                                                     ((rs[4 * C + t] + rs[5 * C + t]) + (rs[6 * C + t] + rs[7 * C + t])));
           }
-          atomic_add_acc<8>(dq, p.dqacc + qrow * C * D, D, row0, cm.len);
+          if constexpr (kBulk)
+            warp_bulk_add(dq, sStage(wg), p.dqacc + qrow * C * D, row0, cm.len);
+          else
+            atomic_add_acc<8>(dq, p.dqacc + qrow * C * D, D, row0, cm.len);
           if constexpr (kDet) warp_pass_turn(p.count_q + qrow);
         }
       }
@@ -382,7 +417,10 @@ __global__ void __launch_bounds__(256, 1)
           if (chain1) wgmma_fence_frags(ea1);
           int* count = p.count_p + (int64_t)jc * p.H + h;
           if constexpr (kDet) warp_wait_turn<kUniform>(count, (jc - 1 - gc) / 2);
-          atomic_add_acc<8>(dpj, p.dpacc + ((int64_t)jc * p.H + h) * D * D, D, row0, D);
+          if constexpr (kBulk)
+            warp_bulk_add(dpj, sStage(wg), p.dpacc + ((int64_t)jc * p.H + h) * D * D, row0, D);
+          else
+            atomic_add_acc<8>(dpj, p.dpacc + ((int64_t)jc * p.H + h) * D * D, D, row0, D);
           if constexpr (kDet) warp_pass_turn(count);
         } else if (update) {
           wgmma_fence_operand(e_acc);
@@ -410,6 +448,9 @@ __global__ void __launch_bounds__(256, 1)
       }
     }
   }
+  // The last bulk additions: done before the CTA (and its shared memory) goes.
+  if constexpr (kBulk)
+    if (threadIdx.x % 32 < 16) bulk_wait();
 }
 
 }  // namespace pathattn::cuda

@@ -51,18 +51,30 @@ bool use_wgmma_main() {
   else
     return std::strcmp(main_choice(), "mma") != 0;
 }
-// The two-chunk kernel's instance: kUniform (bwd_main_pair.cuh) with PATHATTN_BWD_PAIR_UNIFORM=1, an A/B switch until
-// the GPU has tested and timed it.
+// The two-chunk kernel's instance: kUniform (bwd_main_pair.cuh) with PATHATTN_BWD_PAIR_UNIFORM=1, kBulk (the fast
+// mode only) with PATHATTN_BWD_PAIR_BULK=1: A/B switches until the GPU has tested and timed them.
+inline bool env_on(const char* name) {
+  const char* e = std::getenv(name);
+  return e && std::strcmp(e, "1") == 0;
+}
 inline bool pair_uniform() {
-  static const bool on = [] {
-    const char* e = std::getenv("PATHATTN_BWD_PAIR_UNIFORM");
-    return e && std::strcmp(e, "1") == 0;
-  }();
+  static const bool on = env_on("PATHATTN_BWD_PAIR_UNIFORM");
   return on;
+}
+template <bool kDet>
+bool pair_bulk() {
+  static const bool on = env_on("PATHATTN_BWD_PAIR_BULK");
+  return !kDet && on;
 }
 template <typename T, bool kGate, bool kDet>
 auto pair_main_instance() {
-  return pair_uniform() ? bwd_main_pair_kernel<T, kGate, kDet, true> : bwd_main_pair_kernel<T, kGate, kDet, false>;
+  if constexpr (kDet) {
+    return pair_uniform() ? bwd_main_pair_kernel<T, kGate, kDet, true, false> : bwd_main_pair_kernel<T, kGate, kDet, false, false>;
+  } else {
+    if (pair_bulk<kDet>())
+      return pair_uniform() ? bwd_main_pair_kernel<T, kGate, kDet, true, true> : bwd_main_pair_kernel<T, kGate, kDet, false, true>;
+    return pair_uniform() ? bwd_main_pair_kernel<T, kGate, kDet, true, false> : bwd_main_pair_kernel<T, kGate, kDet, false, false>;
+  }
 }
 template <int D>
 bool use_pair_main() {
@@ -119,7 +131,7 @@ BwdGrid bwd_grid(int group) {
   if constexpr (D == 64)
     if (g.pair_main)
       g.main_ctas = bwd_launch_detail::resident(bwd_launch_detail::pair_main_instance<T, kGate, kDet>(), 256,
-                                                BwdPairSmem::bytes(group, kGate),
+                                                BwdPairSmem::bytes(group, kGate, bwd_launch_detail::pair_bulk<kDet>()),
                                                 "bwd_main_pair_kernel");
     else if (g.wgmma_main)
       g.main_ctas = bwd_launch_detail::resident(bwd_launch_detail::wgmma_main_instance<T, kGate, kDet>(), 128,
@@ -153,7 +165,7 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
       const CUtensorMap tm_slot = tensor_map_2d(p.slots, static_cast<int64_t>(main_slots(grid)) * p.slot_chunks * kChunk, 64,
                                                 64, 64, 64, "the backward's slots");
       if (grid.pair_main) {
-        const int bytes = BwdPairSmem::bytes(p.group, kGate);
+        const int bytes = BwdPairSmem::bytes(p.group, kGate, bwd_launch_detail::pair_bulk<kDet>());
         const auto kernel = bwd_launch_detail::pair_main_instance<T, kGate, kDet>();
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
         kernel<<<grid.main_ctas, 256, bytes, stream>>>(p, tm_q, tm_do, tm_step, tm_slot);
