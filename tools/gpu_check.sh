@@ -113,6 +113,18 @@ run_sanitizers() {
   done
 }
 
+# test_cuda_backward under the caller's environment (e.g. PATHATTN_BWD_PAIR_UNIFORM=1 tests_bwd uniform): the log in
+# $OUT/errors_bwd_TAG.log (every case's error ratios), a summary line and the failed cases: tests_bwd TAG [gtest args].
+tests_bwd() {
+  local tag=$1 t0; shift
+  t0=$(date +%s)
+  timeout 420 build-gpu/tests/cuda/test_cuda_backward "$@" > "$OUT/errors_bwd_$tag.log" 2>&1
+  note "test_cuda_backward ($tag): rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/errors_bwd_$tag.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
+  grep -E '^\[  FAILED  \]' "$OUT/errors_bwd_$tag.log" | head -20 | tee -a "$SUMMARY"
+}
+# Small D = 64 backward cases for the sanitizers (gate + GQA, varlen with length-1 sequences, B > 1 f16).
+SMALL_BWD64='*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T200_H2_HQ2_D64*'
+
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv; nvcc --version | tail -2;
   python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'; } >> "$SUMMARY" 2>&1
 
@@ -341,53 +353,36 @@ if [ "$MODE" = ncu ]; then
 fi
 
 if [ "$MODE" = pair ]; then
-  t0=$(date +%s)
-  PATHATTN_BWD_MAIN=pair timeout 420 build-gpu/tests/cuda/test_cuda_backward > "$OUT/errors_bwd_pair.log" 2>&1
-  note "test_cuda_backward, PATHATTN_BWD_MAIN=pair: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/errors_bwd_pair.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
-  grep -E '^\[  FAILED  \]' "$OUT/errors_bwd_pair.log" | head -20 | tee -a "$SUMMARY"
-  PATHATTN_BWD_MAIN=pair sanitize pair build-gpu/tests/cuda/test_cuda_backward \
-    '*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T200_H2_HQ2_D64*' 300
+  PATHATTN_BWD_MAIN=pair tests_bwd pair
+  PATHATTN_BWD_MAIN=pair sanitize pair build-gpu/tests/cuda/test_cuda_backward "$SMALL_BWD64" 300
   # The kUniform instances (PATHATTN_BWD_PAIR_UNIFORM=1: no serialised wgmma, ptxas C7520 gone): tests, sanitizers.
-  t0=$(date +%s)
-  PATHATTN_BWD_PAIR_UNIFORM=1 timeout 420 build-gpu/tests/cuda/test_cuda_backward > "$OUT/errors_bwd_uniform.log" 2>&1
-  note "test_cuda_backward, PATHATTN_BWD_PAIR_UNIFORM=1: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/errors_bwd_uniform.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
-  grep -E '^\[  FAILED  \]' "$OUT/errors_bwd_uniform.log" | head -20 | tee -a "$SUMMARY"
-  PATHATTN_BWD_PAIR_UNIFORM=1 sanitize uniform build-gpu/tests/cuda/test_cuda_backward \
-    '*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T200_H2_HQ2_D64*' 300
+  PATHATTN_BWD_PAIR_UNIFORM=1 tests_bwd uniform
+  PATHATTN_BWD_PAIR_UNIFORM=1 sanitize uniform build-gpu/tests/cuda/test_cuda_backward "$SMALL_BWD64" 300
   # The kBulk instances (PATHATTN_BWD_PAIR_BULK=1: the fast mode's tails by bulk reductions), in the fast mode over
   # the whole case table (PATHATTN_TEST_BWD_FAST=1), with the default and the kUniform instances; sanitizers.
   for u in 0 1; do
-    t0=$(date +%s)
-    PATHATTN_TEST_BWD_FAST=1 PATHATTN_BWD_PAIR_BULK=1 PATHATTN_BWD_PAIR_UNIFORM=$u timeout 420 \
-      build-gpu/tests/cuda/test_cuda_backward --gtest_filter=-Long/* > "$OUT/errors_bwd_bulk_u$u.log" 2>&1
-    note "test_cuda_backward, fast mode, PATHATTN_BWD_PAIR_BULK=1 PATHATTN_BWD_PAIR_UNIFORM=$u: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/errors_bwd_bulk_u$u.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
-    grep -E '^\[  FAILED  \]' "$OUT/errors_bwd_bulk_u$u.log" | head -20 | tee -a "$SUMMARY"
+    PATHATTN_TEST_BWD_FAST=1 PATHATTN_BWD_PAIR_BULK=1 PATHATTN_BWD_PAIR_UNIFORM=$u tests_bwd "bulk_u$u" --gtest_filter=-Long/*
   done
   PATHATTN_TEST_BWD_FAST=1 PATHATTN_BWD_PAIR_BULK=1 PATHATTN_BWD_PAIR_UNIFORM=1 sanitize bulk build-gpu/tests/cuda/test_cuda_backward \
-    '*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T200_H2_HQ2_D64*' 300
+    "$SMALL_BWD64" 300
   for v in one pair uniform bulk; do
-    PATHATTN_BWD_MAIN=$(case $v in one) echo one;; *) echo pair;; esac) \
-      PATHATTN_BWD_PAIR_UNIFORM=$(case $v in uniform|bulk) echo 1;; *) echo 0;; esac) \
+    PATHATTN_BWD_MAIN=$([ $v = one ] && echo one || echo pair) \
+      PATHATTN_BWD_PAIR_UNIFORM=$([ $v = uniform ] || [ $v = bulk ] && echo 1 || echo 0) \
       PATHATTN_BWD_PAIR_BULK=$([ $v = bulk ] && echo 1 || echo 0) \
       PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --only 64 --iters 5 > "$OUT/bench_main_$v.log" 2>&1
     note "bench_fwd --bwd --only 64, main kernel $v: rc=$?"
     grep -E '^ +B|^ +[0-9]' "$OUT/bench_main_$v.log" | tee -a "$SUMMARY"
     python3 tools/bench_stages.py "$OUT/bench_main_$v.log" | tee -a "$SUMMARY"
   done
-  t0=$(date +%s)
-  PATHATTN_BWD_MAIN=one timeout 300 build-gpu/tests/cuda/test_cuda_backward --gtest_filter=-Long/* > "$OUT/errors_bwd_one.log" 2>&1
-  note "test_cuda_backward (PATHATTN_BWD_MAIN=one, the one-chunk kernel, Long/* left out): rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/errors_bwd_one.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
+  PATHATTN_BWD_MAIN=one tests_bwd one --gtest_filter=-Long/*
 fi
 if [ "$MODE" = local ]; then
   # The worst ratio to its bound per gradient over a test log's cases.
   worst() { awk '/ratio to bound/{r=$NF; sub(/\)/,"",r); if (r+0 > m[$1]+0) m[$1]=r} END{for (k in m) printf "%s %s  ", k, m[k]; print ""}' "$1"; }
   for v in 3x tf32; do
-    t0=$(date +%s)
-    # (the 3x default ran the T = 16384 case in every earlier session: left out here for time)
+    # (3xTF32 ran the T = 16384 case in every earlier session: left out here for time)
     F=(); [ $v = 3x ] && F=(--gtest_filter=-Long/*)
-    PATHATTN_BWD_LOCAL=$v timeout 420 build-gpu/tests/cuda/test_cuda_backward "${F[@]}" > "$OUT/errors_bwd_$v.log" 2>&1
-    note "test_cuda_backward, PATHATTN_BWD_LOCAL=$v: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/errors_bwd_$v.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
-    grep -E '^\[  FAILED  \]' "$OUT/errors_bwd_$v.log" | head -20 | tee -a "$SUMMARY"
+    PATHATTN_BWD_LOCAL=$v tests_bwd "$v" "${F[@]}"
     note "  worst ratio to bound: $(worst "$OUT/errors_bwd_$v.log")"
   done
   t0=$(date +%s)
@@ -398,7 +393,8 @@ if [ "$MODE" = local ]; then
   for v in 3x tf32; do
     PATHATTN_BWD_LOCAL=$v PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --iters 5 > "$OUT/bench_$v.log" 2>&1
     note "bench_fwd --bwd, PATHATTN_BWD_LOCAL=$v: rc=$?"
-    awk '/profile\]/{line=line" "$3"="$4} /^ +[0-9]/{print $0; print "   stages:" line; line=""; next} /^#|^ +B/' "$OUT/bench_$v.log" | tee -a "$SUMMARY"
+    grep -E '^ +B|^ +[0-9]' "$OUT/bench_$v.log" | tee -a "$SUMMARY"
+    python3 tools/bench_stages.py "$OUT/bench_$v.log" | tee -a "$SUMMARY"
   done
   if [ "${NO_NCU:-0}" != 1 ]; then
     for v in 3x tf32; do

@@ -66,15 +66,15 @@ bool pair_bulk() {
   static const bool on = env_on("PATHATTN_BWD_PAIR_BULK");
   return !kDet && on;
 }
+template <typename T, bool kGate, bool kDet, bool kBulk>
+auto pair_instance() {
+  return pair_uniform() ? bwd_main_pair_kernel<T, kGate, kDet, true, kBulk> : bwd_main_pair_kernel<T, kGate, kDet, false, kBulk>;
+}
 template <typename T, bool kGate, bool kDet>
 auto pair_main_instance() {
-  if constexpr (kDet) {
-    return pair_uniform() ? bwd_main_pair_kernel<T, kGate, kDet, true, false> : bwd_main_pair_kernel<T, kGate, kDet, false, false>;
-  } else {
-    if (pair_bulk<kDet>())
-      return pair_uniform() ? bwd_main_pair_kernel<T, kGate, kDet, true, true> : bwd_main_pair_kernel<T, kGate, kDet, false, true>;
-    return pair_uniform() ? bwd_main_pair_kernel<T, kGate, kDet, true, false> : bwd_main_pair_kernel<T, kGate, kDet, false, false>;
-  }
+  if constexpr (!kDet)
+    if (pair_bulk<kDet>()) return pair_instance<T, kGate, kDet, true>();
+  return pair_instance<T, kGate, kDet, false>();
 }
 template <int D>
 bool use_pair_main() {
