@@ -30,17 +30,11 @@
 #   fwd128: the D = 128 forward (wgmma: the one-E-slot default and the two-E-slot instances, PATHATTN_FWD128=twoe):
 #          test_cuda_forward, memcheck on its D = 128 cases, racecheck on a few small ones, with each; bench_fwd
 #          --only 128 with the older mma.sync kernel (PATHATTN_FWD128=mma), twoe and the default
-#   bulk:  the backward's two ways of adding dQ^ / dP (bulk reductions, the fast mode's default, and float4 atomics,
-#          the deterministic mode's): test_cuda_backward with each forced in both modes (PATHATTN_BWD_BULK=1 / 0),
-#          memcheck + racecheck on small cases with the bulk one, then bench_fwd --bwd --only 64 with each (stages)
 #   model: only the model's bench_step
-#   pair:  the two-key-chunk main backward kernel (kernels/bwd_main_pair.cuh, the D = 64 default): test_cuda_backward
-#          with it (the T = 16384 case too), memcheck + racecheck on small cases, the same with its kUniform
-#          instances (PATHATTN_BWD_PAIR_UNIFORM=1), the fast mode's kBulk instances over the case table
-#          (PATHATTN_TEST_BWD_FAST=1 PATHATTN_BWD_PAIR_BULK=1, with and without kUniform) and their sanitizers,
-#          bench_fwd --bwd --only 64 with stage times for the one-chunk kernel (PATHATTN_BWD_MAIN=one), the default,
-#          kUniform and kUniform + kBulk (the bulk rows' fast column), then the one-chunk kernel's tests without the
-#          long case
+#   pair:  the D = 64 main backward kernel (kernels/bwd_main_pair.cuh): test_cuda_backward (the T = 16384 case too),
+#          its case table in the fast mode too (PATHATTN_TEST_BWD_FAST=1), memcheck + racecheck on small cases in both
+#          modes, then bench_fwd --bwd --only 64 with stage times for the mma.sync kernel (PATHATTN_BWD_MAIN=mma) and
+#          the default
 #   local: the chunk-local backward's products in plain TF32 (PATHATTN_BWD_LOCAL=tf32) against the 3xTF32 default:
 #          test_cuda_backward with each (every case's error ratios in errors_bwd_{3x,tf32}.log, the worst per
 #          gradient in the summary), memcheck on small cases with tf32, bench_fwd --bwd with stage times for each,
@@ -113,7 +107,7 @@ run_sanitizers() {
   done
 }
 
-# test_cuda_backward under the caller's environment (e.g. PATHATTN_BWD_PAIR_UNIFORM=1 tests_bwd uniform): the log in
+# test_cuda_backward under the caller's environment (e.g. PATHATTN_BWD_LOCAL=tf32 tests_bwd tf32): the log in
 # $OUT/errors_bwd_TAG.log (every case's error ratios), a summary line and the failed cases: tests_bwd TAG [gtest args].
 tests_bwd() {
   local tag=$1 t0; shift
@@ -305,22 +299,6 @@ if [ "$MODE" = fwd128 ]; then
     grep -E '^#|^ +B|^ +[0-9]' "$OUT/bench_fwd128_$k.log" | tee -a "$SUMMARY"
   done
 fi
-if [ "$MODE" = bulk ]; then
-  FILTER=(); [ "${GPU_SKIP_LONG:-0}" = 1 ] && FILTER=(--gtest_filter=-Long/*)
-  for b in 1 0; do
-    t0=$(date +%s)
-    PATHATTN_BWD_BULK=$b timeout 400 build-gpu/tests/cuda/test_cuda_backward "${FILTER[@]}" > "$OUT/tests_bulk_$b.log" 2>&1
-    note "test_cuda_backward, PATHATTN_BWD_BULK=$b: rc=$?, $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/tests_bulk_$b.log" | tr '\n' ' ')($(( $(date +%s) - t0 )) s)"
-    grep -E '^\[  FAILED  \]' "$OUT/tests_bulk_$b.log" | head -20 | tee -a "$SUMMARY"
-  done
-  PATHATTN_BWD_BULK=1 sanitize bulk build-gpu/tests/cuda/test_cuda_backward \
-    '*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*Determinis*'
-  for b in 0 1; do
-    PATHATTN_BWD_BULK=$b PATHATTN_CUDA_PROFILE=1 timeout 200 build-gpu/bench/cuda/bench_fwd --bwd --only 64 --iters 5 > "$OUT/bench_bulk_$b.log" 2>&1
-    note "bench_fwd --bwd --only 64, PATHATTN_BWD_BULK=$b: rc=$?"
-    awk '/profile\]/{line=line" "$3"="$4} /^ +[0-9]/{print $0; print "   stages:" line; line=""; next} /^#|^ +B/' "$OUT/bench_bulk_$b.log" | tee -a "$SUMMARY"
-  done
-fi
 if [ "$MODE" = workspace ]; then
   t0=$(date +%s)
   timeout 200 build-gpu/tests/cuda/test_cuda_backward --gtest_filter='CudaWorkspaceLimit.*' > "$OUT/tests_workspace.log" 2>&1
@@ -353,28 +331,16 @@ if [ "$MODE" = ncu ]; then
 fi
 
 if [ "$MODE" = pair ]; then
-  PATHATTN_BWD_MAIN=pair tests_bwd pair
-  PATHATTN_BWD_MAIN=pair sanitize pair build-gpu/tests/cuda/test_cuda_backward "$SMALL_BWD64" 300
-  # The kUniform instances (PATHATTN_BWD_PAIR_UNIFORM=1: no serialised wgmma, ptxas C7520 gone): tests, sanitizers.
-  PATHATTN_BWD_PAIR_UNIFORM=1 tests_bwd uniform
-  PATHATTN_BWD_PAIR_UNIFORM=1 sanitize uniform build-gpu/tests/cuda/test_cuda_backward "$SMALL_BWD64" 300
-  # The kBulk instances (PATHATTN_BWD_PAIR_BULK=1: the fast mode's tails by bulk reductions), in the fast mode over
-  # the whole case table (PATHATTN_TEST_BWD_FAST=1), with the default and the kUniform instances; sanitizers.
-  for u in 0 1; do
-    PATHATTN_TEST_BWD_FAST=1 PATHATTN_BWD_PAIR_BULK=1 PATHATTN_BWD_PAIR_UNIFORM=$u tests_bwd "bulk_u$u" --gtest_filter=-Long/*
-  done
-  PATHATTN_TEST_BWD_FAST=1 PATHATTN_BWD_PAIR_BULK=1 PATHATTN_BWD_PAIR_UNIFORM=1 sanitize bulk build-gpu/tests/cuda/test_cuda_backward \
-    "$SMALL_BWD64" 300
-  for v in one pair uniform bulk; do
-    PATHATTN_BWD_MAIN=$([ $v = one ] && echo one || echo pair) \
-      PATHATTN_BWD_PAIR_UNIFORM=$([ $v = uniform ] || [ $v = bulk ] && echo 1 || echo 0) \
-      PATHATTN_BWD_PAIR_BULK=$([ $v = bulk ] && echo 1 || echo 0) \
-      PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --only 64 --iters 5 > "$OUT/bench_main_$v.log" 2>&1
+  tests_bwd pair
+  PATHATTN_TEST_BWD_FAST=1 tests_bwd pair_fast --gtest_filter=-Long/*
+  sanitize pair build-gpu/tests/cuda/test_cuda_backward "$SMALL_BWD64" 300
+  PATHATTN_TEST_BWD_FAST=1 sanitize pair_fast build-gpu/tests/cuda/test_cuda_backward "$SMALL_BWD64" 300
+  for v in mma default; do
+    PATHATTN_BWD_MAIN=$v PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --only 64 --iters 5 > "$OUT/bench_main_$v.log" 2>&1
     note "bench_fwd --bwd --only 64, main kernel $v: rc=$?"
     grep -E '^ +B|^ +[0-9]' "$OUT/bench_main_$v.log" | tee -a "$SUMMARY"
     python3 tools/bench_stages.py "$OUT/bench_main_$v.log" | tee -a "$SUMMARY"
   done
-  PATHATTN_BWD_MAIN=one tests_bwd one --gtest_filter=-Long/*
 fi
 if [ "$MODE" = local ]; then
   # The worst ratio to its bound per gradient over a test log's cases.
@@ -487,6 +453,7 @@ if [ "$MODE" = torch ]; then
         timeout ${TRAIN_BENCH_TIMEOUT:-300} python3 bench/cuda/bench_train.py --budget-s ${TRAIN_BENCH_BUDGET:-200} \
         --md "$OUT/train.md" --csv "$OUT/train.csv" ${TRAIN_BENCH_ARGS:-} > "$OUT/train.log" 2>&1
       note "bench_train: rc=$? ($(( $(date +%s) - t0 )) s)"
+      tee -a "$SUMMARY" < "$OUT/train.md"  # in the summary too: a call brings back only a few of $OUT's files
     fi
     [ "${SKIP_TRAIN_BENCH:-0}" != 1 ] && [ "${SKIP_STEP_BENCH:-0}" != 1 ] && run_bench_step
   else

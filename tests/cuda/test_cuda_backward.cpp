@@ -120,8 +120,8 @@ void check_gradients(const DevGrads& g, const RecurrenceResult& ref, const Recur
 }
 
 // PATHATTN_TEST_BWD_FAST=1 runs the case table's backward in the fast mode (deterministic = false) instead of the
-// default deterministic one, so that the fast mode's own kernel instances (the main kernels' bulk additions:
-// PATHATTN_BWD_BULK, PATHATTN_BWD_PAIR_BULK) meet every case, not only the determinism test's one; the same rule.
+// default deterministic one, so that the fast mode's own kernel instances (the main kernels' unordered additions)
+// meet every case, not only the determinism test's one; the same rule.
 bool test_fast_mode() {
   const char* e = std::getenv("PATHATTN_TEST_BWD_FAST");
   return e && std::string(e) == "1";

@@ -1,15 +1,19 @@
-// The main backward kernel at D = 64 with two key chunks per task (the default since the fifteenth session;
-// PATHATTN_BWD_MAIN=one runs bwd_main_wgmma.cuh's one-chunk kernel instead): the math and
-// the per-chunk steps of bwd_main_wgmma.cuh (docs/math.md Eq. 18-23, 33), with one task = (key block c0, c0 + 1,
-// kv head h) and one CTA = two warpgroups, warpgroup w owning key chunk c0 + w (its rows 16 (warp % 4)..).
+// The main backward kernel at D = 64 on wgmma (PATHATTN_BWD_MAIN=mma runs bwd_main.cuh's mma.sync kernel instead):
+// the math and the per-chunk steps of bwd_main.cuh (docs/math.md Eq. 18-23, 33) with two key chunks per task: one
+// task = (key block c0, c0 + 1, kv head h) and one CTA = two warpgroups, warpgroup w owning key chunk c0 + w (its
+// rows 16 (warp % 4)..).
 //
-// Why (docs/perf/notes.md, backward v4 and v8): half of the one-chunk kernel's fast-mode time is its two f32
-// atomic streams, a 64 x 64 tile of dQ^_m per (query chunk, key chunk) pair and a D x D tile of dP_j per (chunk j,
-// key chunk) pair, and the deterministic mode's ordered turns add as much again. With two key chunks per CTA
+// Every product is m64n64k16 x 4 (k = 64) or x 8 (k = 128) with A from registers (the accumulator layout per warp is
+// mma.sync's, so results become A operands in place, and ldmatrix gives the transposed ones) and B from a
+// 128-byte-swizzled shared tile (wgmma.cuh). Why wgmma: the mma.sync kernel reads each B tile once per warp through
+// ldmatrix (4x per warpgroup) and issues ~5x more instructions per product (notes.md backward v4: its products
+// then run at ~390 TFLOP/s). Why two key chunks (notes.md v4, v8, v10): with one chunk per task half of the fast
+// mode's time was the two f32 atomic streams, a 64 x 64 tile of dQ^_m per (query chunk, key chunk) pair and a D x D
+// tile of dP_j per (chunk j, key chunk) pair, and the deterministic mode's ordered turns added as much again. Here
 // both chunks' contributions are summed on the tensor cores before one atomic tile goes out, so the additions and
-// the turns are halved, and the two chunks share every Q^, dO^ and E_m tile load. Measured (notes.md v10): bwd_main
-// 5-6% faster than the one-chunk kernel at 32 x 4096, 6-12% at 8 x 16384, far less than the halved additions
-// promised, because a tail's latency, not the additions' throughput, was what they cost:
+// the turns are halved, and the two chunks share every Q^, dO^ and E_m tile load. Measured (v10): 5-6% faster than
+// one chunk per task at 32 x 4096, 6-12% at 8 x 16384, far less than the halved additions promised, because a
+// tail's latency, not the additions' throughput, was what they cost:
 //
 //   phase 1, m = c0+1 .. last: each warpgroup carries its K^ (warpgroup 1 from m = c0+2), E_m shared
 //   phase 2, m = last .. c0+1, every query head of the group (warpgroup 1 idle at m = c0 + 1, its diagonal):
@@ -31,6 +35,11 @@
 // of the deterministic mode are taken warp by warp (warp_wait_turn below), in the order of the task list (plan.cu:
 // blocks of a (sequence, head) pair from the last to the first): block c0 adds to dQ^_m after the (m - 1 - c0) / 2
 // blocks that start above it, to dP_j after (j - 1 - c0) / 2.
+//
+// Loads: Q^ and dO^ (bwd_prep's padded chunk tiles, so rows past a chunk's end are zeros and every tile is a plain
+// 2-D box), lse2, delta and the gate rows of the next (query chunk, head) step go by TMA into the other of two stages
+// while the current step computes; K~_{.,m-1} (the slots) and E_{m-1} for the chain step are issued at the start of
+// step m. One thread issues every copy; each completes on an mbarrier.
 #pragma once
 
 #include "cuda/kernels/bwd_softmax.cuh"
@@ -43,8 +52,7 @@ namespace pathattn::cuda {
 //   2w, 2w + 1: K~ of warpgroup w (current, next)    4 + 2s: Q^ of stage s    5 + 2s: dO^ of stage s
 //   8, 9: E steps (phase 1: E_{m+1} ahead; phase 2: the chain's E_{m-1}, alternating)
 // then padded [C][LDP] tiles read by ldmatrix: dS^T of warpgroup w and stage s (4), and per warpgroup V at the
-// task's start, then E for the chain step (2); then floats and the mbarriers; then (kBulk only) one f32 staging
-// tile [C][kStageLd] per warpgroup for the bulk additions.
+// task's start, then E for the chain step (2); then floats and the mbarriers.
 struct BwdPairSmem {
   static constexpr int C = kChunk, LDP = 64 + 8;
   static constexpr int kTile = C * 64;
@@ -52,11 +60,8 @@ struct BwdPairSmem {
   static constexpr int kPadHalves = 6 * C * LDP;
   // per stage: lse2, delta, query gate, key gate of chunk c0, of c0 + 1 [C] each (5 C); row sums [2 stages][8 warps][C]
   static constexpr int kFloats = 2 * 5 * C + 2 * 8 * C;
-  static constexpr int kStageLd = 64 + 8;  // float2 stores of a warp's 8 rows x 4 lanes land on distinct banks
-  static constexpr int kStageBytes = 2 * C * kStageLd * 4 + 16;  // + 16: alignment of the bulk source
-  static constexpr int bytes(int group, bool gate, bool bulk) {
-    return 1024 + (kSwzHalves + kPadHalves) * 2 + (kFloats + (gate ? 2 * group * C : 0)) * 4 + 5 * 8 +
-           (bulk ? kStageBytes : 0);
+  static constexpr int bytes(int group, bool gate) {
+    return 1024 + (kSwzHalves + kPadHalves) * 2 + (kFloats + (gate ? 2 * group * C : 0)) * 4 + 5 * 8;
   }
 };
 
@@ -67,16 +72,12 @@ namespace bwd_detail {
 // warpgroup's threads is needed, so the two warpgroups never wait for each other's turns. (A first version took
 // the turn per warpgroup with named barriers, bar.sync id, 128: racecheck then reported hazards, on shared tiles
 // and even between take_task's two __syncthreads; without named barriers there is nothing for it to mismatch.)
-// kUniform: the spin is warp-uniform (every lane loads, lane 0's value decides). The loop that lane 0 runs alone is a
-// divergent path before the next wgmma, and ptxas then serialises the kernel's wgmma (warning C7520: "wgmma.mma_async
-// instructions are serialized due to program dependence on compiler-inserted WG.AR in divergent path").
-template <bool kUniform>
+// The spin is warp-uniform (every lane loads, lane 0's value decides): a loop that lane 0 ran alone was a divergent
+// path before the next wgmma, and ptxas then serialised every wgmma of the kernel (warning C7520: "wgmma.mma_async
+// instructions are serialized due to program dependence on compiler-inserted WG.AR in divergent path"), which cost
+// 10-16% of bwd_main (docs/perf/notes.md v11).
 __device__ __forceinline__ void warp_wait_turn(const int* counter, int turn) {
-  if constexpr (kUniform) {
-    while (__shfl_sync(0xffffffffu, load_acquire(counter), 0) < 4 * turn) __nanosleep(32);
-  } else if (threadIdx.x % 32 == 0) {
-    while (load_acquire(counter) < 4 * turn) __nanosleep(32);
-  }
+  while (__shfl_sync(0xffffffffu, load_acquire(counter), 0) < 4 * turn) __nanosleep(32);
   __syncwarp();
 }
 __device__ __forceinline__ void warp_pass_turn(int* counter) {
@@ -84,37 +85,15 @@ __device__ __forceinline__ void warp_pass_turn(int* counter) {
   __syncwarp();
   if (threadIdx.x % 32 == 0) atomicAdd(counter, 1);
 }
-// kBulk (the fast mode only): a tail's 64 x 64 f32 tile added to global memory by bulk reductions instead of float4
-// atomics: the one-chunk kernel's kBulk (bwd_main_wgmma.cuh stage_acc, bulk_add_rows) per warp. The warp stages its
-// own 16 rows in its warpgroup's staging tile and its lanes 0-15 each add one 256-byte row (rows < `rows`), so no
-// barrier among the warpgroup's warps is needed; a lane first waits until the engine has read the row it added last.
-__device__ __forceinline__ void warp_bulk_add(const float (&acc)[8][4], float* stage, float* g0, int row0, int rows) {
-  constexpr int LD = BwdPairSmem::kStageLd;
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  if (lane < 16) bulk_wait_read();
-  __syncwarp();
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-    *reinterpret_cast<float2*>(stage + (row0 + g) * LD + nt * 8 + 2 * t) = make_float2(acc[nt][0], acc[nt][1]);
-    *reinterpret_cast<float2*>(stage + (row0 + g + 8) * LD + nt * 8 + 2 * t) = make_float2(acc[nt][2], acc[nt][3]);
-  }
-  fence_proxy_async_smem();  // the stores, before the copy engine reads them
-  __syncwarp();
-  if (lane < 16 && row0 + lane < rows) {
-    bulk_reduce_add_f32(g0 + (row0 + lane) * 64, smem_addr(stage + (row0 + lane) * LD), 64 * 4);
-    bulk_commit();
-  }
-}
 }  // namespace bwd_detail
 
-// kUniform (opt-in, PATHATTN_BWD_PAIR_UNIFORM=1; written in the fifteenth session after its last GPU run, not yet
-// run): the warpgroup index and the turns' spin in forms ptxas can see are warp-uniform (the warpgroup index through
-// a shuffle from lane 0), so that the role branches and the turns are no divergent paths before a wgmma. Without
-// them ptxas serialises every wgmma of the kernel (C7520, all four instances per dtype), so that no product overlaps
-// the next instruction; with them no instance warns (ptxas: 253-255 registers, 8-76 bytes of spill).
-// kBulk (opt-in, PATHATTN_BWD_PAIR_BULK=1, the fast mode only; written in the fifteenth session after its last GPU
-// run, not yet run): the tails' additions by bulk reductions (warp_bulk_add above).
-template <typename T, bool kGate, bool kDet, bool kUniform, bool kBulk>
+// Warp-uniform forms (no wgmma serialised by ptxas, C7520): the warpgroup index comes through a shuffle from lane 0
+// and the turns spin on every lane (warp_wait_turn), so that the role branches and the turns are no divergent paths
+// before a wgmma (ptxas: 253-255 registers, 8-76 bytes of spill). Measured on the H200 against the serialised form
+// (docs/perf/notes.md v11): bwd_main det / fast 62.3 / 41.9 -> 56.2 / 35.0 ms at 32 x 4096, 250.0 / 170.0 -> 224.6 /
+// 142.0 at 8 x 16384. (The fast mode's tails by bulk reductions instead of float4 atomics, a per-warp form of the
+// one-chunk kernel's, were slower here: 35.0 -> 37.1 and 142.0 -> 149.8 ms; removed.)
+template <typename T, bool kGate, bool kDet>
 __global__ void __launch_bounds__(256, 1)
     bwd_main_pair_kernel(const BwdParams p, const __grid_constant__ CUtensorMap tm_q,
                          const __grid_constant__ CUtensorMap tm_do, const __grid_constant__ CUtensorMap tm_step,
@@ -140,12 +119,7 @@ __global__ void __launch_bounds__(256, 1)
   auto sRow = [&](int s) { return fl + 10 * C + s * 8 * C; };  // [8 warps][C] row sums of dl (kGate)
   float* sDG0 = fl + 26 * C;                                    // [2][group][C] gate column sums (kGate)
   auto sDG = [&](int w) { return sDG0 + w * p.group * C; };
-  static_assert(!(kDet && kBulk), "bulk additions complete in no fixed order: the fast mode only");
   const uint32_t bar0 = smem_addr(sDG0 + (kGate ? 2 * p.group * C : 0));
-  // The staging tiles of the bulk additions (kBulk), one per warpgroup, 16-byte aligned after the mbarriers.
-  float* sStage0 = reinterpret_cast<float*>(
-      (reinterpret_cast<uintptr_t>(sDG0 + (kGate ? 2 * p.group * C : 0)) + 5 * 8 + 15) & ~static_cast<uintptr_t>(15));
-  auto sStage = [&](int w) { return sStage0 + w * C * S::kStageLd; };
   // mbarriers: 0, 1 query stages; 2 chain (both K~_{.,m-1} and E_{m-1}; the K~_{.,last} at phase 2's start);
   // 3, 4 phase 1 steps
   auto bar = [&](int i) { return bar0 + 8 * i; };
@@ -153,7 +127,7 @@ __global__ void __launch_bounds__(256, 1)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // this warpgroup: key chunk c0 + wg
-  const int wg = kUniform ? __shfl_sync(0xffffffffu, warp / 4, 0) : warp / 4;
+  const int wg = __shfl_sync(0xffffffffu, warp / 4, 0);
   const int row0 = (warp % 4) * 16, r0 = row0 + lane / 4;  // this warp's 16 key rows; this thread's r0, r0 + 8
   const int my_slot = blockIdx.x * 2 + wg;
   T* slot = static_cast<T*>(p.slots) + (int64_t)my_slot * p.slot_chunks * C * D;
@@ -363,7 +337,7 @@ __global__ void __launch_bounds__(256, 1)
           wgmma_fence_operand(dq);
           wgmma_fence_frags(qa);
           if (act1) wgmma_fence_frags(qb);
-          if constexpr (kDet) warp_wait_turn<kUniform>(p.count_q + qrow, (m - 1 - gc) / 2);
+          if constexpr (kDet) warp_wait_turn(p.count_q + qrow, (m - 1 - gc) / 2);
           if constexpr (kGate) {  // dgrow[t] += the 8 warps' row sums, in a fixed order
             const float* rs = sRow(st);
             const int t = threadIdx.x % 128;
@@ -371,10 +345,7 @@ __global__ void __launch_bounds__(256, 1)
               atomicAdd(p.dgrow + qrow * C + t, ((rs[t] + rs[C + t]) + (rs[2 * C + t] + rs[3 * C + t])) +
                                                     ((rs[4 * C + t] + rs[5 * C + t]) + (rs[6 * C + t] + rs[7 * C + t])));
           }
-          if constexpr (kBulk)
-            warp_bulk_add(dq, sStage(wg), p.dqacc + qrow * C * D, row0, cm.len);
-          else
-            atomic_add_acc<8>(dq, p.dqacc + qrow * C * D, D, row0, cm.len);
+          atomic_add_acc<8>(dq, p.dqacc + qrow * C * D, D, row0, cm.len);
           if constexpr (kDet) warp_pass_turn(p.count_q + qrow);
         }
       }
@@ -416,11 +387,8 @@ __global__ void __launch_bounds__(256, 1)
           wgmma_fence_frags(ea);
           if (chain1) wgmma_fence_frags(ea1);
           int* count = p.count_p + (int64_t)jc * p.H + h;
-          if constexpr (kDet) warp_wait_turn<kUniform>(count, (jc - 1 - gc) / 2);
-          if constexpr (kBulk)
-            warp_bulk_add(dpj, sStage(wg), p.dpacc + ((int64_t)jc * p.H + h) * D * D, row0, D);
-          else
-            atomic_add_acc<8>(dpj, p.dpacc + ((int64_t)jc * p.H + h) * D * D, D, row0, D);
+          if constexpr (kDet) warp_wait_turn(count, (jc - 1 - gc) / 2);
+          atomic_add_acc<8>(dpj, p.dpacc + ((int64_t)jc * p.H + h) * D * D, D, row0, D);
           if constexpr (kDet) warp_pass_turn(count);
         } else if (update) {
           wgmma_fence_operand(e_acc);
@@ -448,9 +416,6 @@ __global__ void __launch_bounds__(256, 1)
       }
     }
   }
-  // The last bulk additions: done before the CTA (and its shared memory) goes.
-  if constexpr (kBulk)
-    if (threadIdx.x % 32 < 16) bulk_wait();
 }
 
 }  // namespace pathattn::cuda

@@ -1,5 +1,5 @@
 // The softmax backward of one (key chunk, query chunk) tile of the main backward kernels (bwd_main.cuh, mma.sync;
-// bwd_main_wgmma.cuh, wgmma), and the gate's sums of it (docs/math.md Eq. 7, 19-20). Both kernels hold the tile
+// bwd_main_pair.cuh, wgmma), and the gate's sums of it (docs/math.md Eq. 7, 19-20). Both kernels hold the tile
 // transposed in the accumulator layout: rows are the key chunk's (this thread's r0 and r0 + 8), columns the query
 // chunk's (nt * 8 + 2 t4 + {0, 1}).
 #pragma once

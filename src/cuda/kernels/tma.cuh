@@ -52,18 +52,6 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
                : "memory");
 }
 
-// dst[i] += src[i] over `bytes` bytes of f32 (a multiple of 16, both addresses 16-byte aligned), by the copy engine
-// in whole L2 lines (one instruction instead of one atomic per 4 or 16 bytes), in the issuing thread's current bulk
-// group. The thread commits the group (bulk_commit) and, before the shared source is written again, waits until
-// the engine has read it (bulk_wait_read); bulk_wait waits until the additions are done.
-__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 // Orders this thread's generic-proxy accesses to global memory with its async-proxy (bulk copy) ones.
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 

@@ -104,8 +104,8 @@ PATHATTN_WGMMA_M64N64K16_RS(f16)
 
 // acc[64 x 64] (+)= A[64 x 64] (registers: four k16 steps) * B[64 x 64] from one 128-byte-swizzled tile: B K-major
 // (kTransB = 0: a k16 step is 32 bytes along the swizzled rows, +2 in the descriptor's 16-byte units) or MN-major
-// (kTransB = 1: a step is 16 rows, 2048 bytes, +128). accumulate = false overwrites acc. The backward main kernels'
-// products (bwd_main_wgmma.cuh, bwd_main_pair.cuh).
+// (kTransB = 1: a step is 16 rows, 2048 bytes, +128). accumulate = false overwrites acc. The backward main kernel's
+// products (bwd_main_pair.cuh).
 template <int kTransB, typename T>
 __device__ __forceinline__ void wgmma_k64(float (&acc)[8][4], const uint32_t (&a)[4][4], const T* b, bool accumulate) {
   const uint64_t desc = wgmma_desc_sw128(smem_addr(b));

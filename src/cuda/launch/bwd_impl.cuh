@@ -12,7 +12,6 @@
 #include "cuda/kernels/bwd_local.cuh"
 #include "cuda/kernels/bwd_main.cuh"
 #include "cuda/kernels/bwd_main_pair.cuh"
-#include "cuda/kernels/bwd_main_wgmma.cuh"
 #include "cuda/kernels/bwd_prep.cuh"
 #include "cuda/launch/launch.h"
 #include "cuda/tensor_maps.h"
@@ -36,70 +35,17 @@ inline int resident(K kernel, int threads, int bytes, const char* name) {
   return per_sm * sm_count();
 }
 
-// D = 64 runs the two-key-chunk wgmma main kernel (bwd_main_pair.cuh; the default since the fifteenth session:
-// bwd_main det / fast 65.9 / 44.5 -> 62.3 / 41.9 ms at 32 x 4096, 284.6 / 181.3 -> 250.1 / 170.1 at 8 x 16384,
-// docs/perf/notes.md v10); PATHATTN_BWD_MAIN=one selects the one-chunk wgmma kernel (bwd_main_wgmma.cuh) and
-// PATHATTN_BWD_MAIN=mma the mma.sync one (bwd_main.cuh), which D = 128 always runs, for side-by-side timing.
-inline const char* main_choice() {
-  const char* e = std::getenv("PATHATTN_BWD_MAIN");
-  return e ? e : "";
-}
-template <int D>
-bool use_wgmma_main() {
-  if constexpr (D != 64)
-    return false;
-  else
-    return std::strcmp(main_choice(), "mma") != 0;
-}
-// The two-chunk kernel's instance: kUniform (bwd_main_pair.cuh) with PATHATTN_BWD_PAIR_UNIFORM=1, kBulk (the fast
-// mode only) with PATHATTN_BWD_PAIR_BULK=1: A/B switches until the GPU has tested and timed them.
-inline bool env_on(const char* name) {
-  const char* e = std::getenv(name);
-  return e && std::strcmp(e, "1") == 0;
-}
-inline bool pair_uniform() {
-  static const bool on = env_on("PATHATTN_BWD_PAIR_UNIFORM");
-  return on;
-}
-template <bool kDet>
-bool pair_bulk() {
-  static const bool on = env_on("PATHATTN_BWD_PAIR_BULK");
-  return !kDet && on;
-}
-template <typename T, bool kGate, bool kDet, bool kBulk>
-auto pair_instance() {
-  return pair_uniform() ? bwd_main_pair_kernel<T, kGate, kDet, true, kBulk> : bwd_main_pair_kernel<T, kGate, kDet, false, kBulk>;
-}
-template <typename T, bool kGate, bool kDet>
-auto pair_main_instance() {
-  if constexpr (!kDet)
-    if (pair_bulk<kDet>()) return pair_instance<T, kGate, kDet, true>();
-  return pair_instance<T, kGate, kDet, false>();
-}
+// D = 64 runs the two-key-chunk wgmma main kernel (bwd_main_pair.cuh; bwd_main det / fast 56.2 / 35.0 ms at
+// 32 x 4096 against the mma.sync kernel's ~75 / ~57, docs/perf/notes.md v4, v10, v11); PATHATTN_BWD_MAIN=mma runs the
+// mma.sync one (bwd_main.cuh), which D = 128 always runs, for side-by-side timing.
 template <int D>
 bool use_pair_main() {
-  if constexpr (D != 64)
+  if constexpr (D != 64) {
     return false;
-  else
-    return std::strcmp(main_choice(), "one") != 0 && std::strcmp(main_choice(), "mma") != 0;
-}
-
-// Whether the wgmma main kernel adds dQ^ / dP by bulk reductions (its kBulk instances) or by float4 atomics.
-// Measured on the H200 (docs/perf/notes.md, v8): bwd_main at 32 x 4096 / 8 x 16384, D 64, fast mode 45.2 -> 42.1 /
-// 183.4 -> 169.6 ms; deterministic mode 62.7 -> 61.3 / 268.0 -> 275.5. So by default the fast mode uses them and the
-// deterministic one does not; PATHATTN_BWD_BULK=1 / =0 forces them on / off in both (A/B runs).
-template <bool kDet>
-bool bulk_reduce_for() {
-  static const int forced = [] {
-    const char* e = std::getenv("PATHATTN_BWD_BULK");
-    return !e ? -1 : std::strcmp(e, "1") == 0 ? 1 : std::strcmp(e, "0") == 0 ? 0 : -1;
-  }();
-  return forced < 0 ? !kDet : forced == 1;
-}
-// The wgmma main kernel's instance for bulk_reduce_for() (both instances take the same arguments).
-template <typename T, bool kGate, bool kDet>
-auto wgmma_main_instance() {
-  return bulk_reduce_for<kDet>() ? bwd_main_wgmma_kernel<T, kGate, kDet, true> : bwd_main_wgmma_kernel<T, kGate, kDet, false>;
+  } else {
+    const char* e = std::getenv("PATHATTN_BWD_MAIN");
+    return !(e && std::strcmp(e, "mma") == 0);
+  }
 }
 
 // The chunk-local kernel's products: one plain TF32 product each for bf16 inputs, 3xTF32 (~f32) for f16
@@ -126,18 +72,11 @@ auto local_instance() {
 template <typename T, int D, bool kGate, bool kDet>
 BwdGrid bwd_grid(int group) {
   BwdGrid g;
-  g.wgmma_main = bwd_launch_detail::use_wgmma_main<D>();
   g.pair_main = bwd_launch_detail::use_pair_main<D>();
-  if constexpr (D == 64)
-    if (g.pair_main)
-      g.main_ctas = bwd_launch_detail::resident(bwd_launch_detail::pair_main_instance<T, kGate, kDet>(), 256,
-                                                BwdPairSmem::bytes(group, kGate, bwd_launch_detail::pair_bulk<kDet>()),
-                                                "bwd_main_pair_kernel");
-    else if (g.wgmma_main)
-      g.main_ctas = bwd_launch_detail::resident(bwd_launch_detail::wgmma_main_instance<T, kGate, kDet>(), 128,
-                                                BwdWgSmem::bytes(group, kGate, bwd_launch_detail::bulk_reduce_for<kDet>()),
-                                                "bwd_main_wgmma_kernel");
-  if (!g.wgmma_main)
+  if (g.pair_main)
+    g.main_ctas = bwd_launch_detail::resident(bwd_main_pair_kernel<T, kGate, kDet>, 256, BwdPairSmem::bytes(group, kGate),
+                                              "bwd_main_pair_kernel");
+  else
     g.main_ctas = bwd_launch_detail::resident(bwd_main_kernel<T, D, kGate, kDet>, 128, BwdMainSmem<D>::bytes(group, kGate),
                                               "bwd_main_kernel");
   g.local_ctas = bwd_launch_detail::resident(bwd_launch_detail::local_instance<T, D, kGate>(), local_detail::LocalTiles<D>::kThreads,
@@ -154,7 +93,7 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
     CUDA_CHECK_LAUNCH("bwd_prep_kernel");
   }
   mark("bwd_prep");
-  if (grid.wgmma_main) {
+  if (grid.pair_main) {
     if constexpr (D == 64) {
       // The tiles the kernel streams, as [rows, 64] matrices read in 64 x 64 boxes (128-byte swizzle).
       const int64_t q_rows = static_cast<int64_t>(p.num_chunks) * p.HQ * kChunk;
@@ -164,19 +103,11 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
           tensor_map_2d(p.ws.step, static_cast<int64_t>(p.num_chunks) * p.H * 64, 64, 64, 64, 64, "the E workspace");
       const CUtensorMap tm_slot = tensor_map_2d(p.slots, static_cast<int64_t>(main_slots(grid)) * p.slot_chunks * kChunk, 64,
                                                 64, 64, 64, "the backward's slots");
-      if (grid.pair_main) {
-        const int bytes = BwdPairSmem::bytes(p.group, kGate, bwd_launch_detail::pair_bulk<kDet>());
-        const auto kernel = bwd_launch_detail::pair_main_instance<T, kGate, kDet>();
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-        kernel<<<grid.main_ctas, 256, bytes, stream>>>(p, tm_q, tm_do, tm_step, tm_slot);
-        CUDA_CHECK_LAUNCH("bwd_main_pair_kernel");
-      } else {
-        const auto kernel = bwd_launch_detail::wgmma_main_instance<T, kGate, kDet>();
-        const int bytes = BwdWgSmem::bytes(p.group, kGate, bwd_launch_detail::bulk_reduce_for<kDet>());
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-        kernel<<<grid.main_ctas, 128, bytes, stream>>>(p, tm_q, tm_do, tm_step, tm_slot);
-        CUDA_CHECK_LAUNCH("bwd_main_wgmma_kernel");
-      }
+      const int bytes = BwdPairSmem::bytes(p.group, kGate);
+      const auto kernel = bwd_main_pair_kernel<T, kGate, kDet>;
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+      kernel<<<grid.main_ctas, 256, bytes, stream>>>(p, tm_q, tm_do, tm_step, tm_slot);
+      CUDA_CHECK_LAUNCH("bwd_main_pair_kernel");
     }
   } else {
     const int bytes = BwdMainSmem<D>::bytes(p.group, kGate);

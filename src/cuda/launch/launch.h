@@ -23,11 +23,10 @@ void launch_kcache(const FwdParams& p, cudaStream_t stream);
 // The backward's persistent grids: CTAs resident at once (each owns a scratch slot).
 struct BwdGrid {
   int main_ctas = 0, local_ctas = 0;
-  bool wgmma_main = false;  // the main kernel is bwd_main_wgmma (D = 64; needs BwdParams::dohat)
-  bool pair_main = false;   // ... its two-key-chunk form, bwd_main_pair (also wgmma_main): tasks are blocks of two
-                            // chunks (plan.h key_block), two slots per CTA
+  bool pair_main = false;  // the main kernel is bwd_main_pair (D = 64, wgmma; needs BwdParams::dohat): tasks are
+                           // blocks of two key chunks (plan.h key_block), two slots per CTA
 };
-// The main kernel's slots (BwdParams::slots): one per CTA, one per warpgroup of the two-key-chunk kernel.
+// The main kernel's slots (BwdParams::slots): one per CTA, one per warpgroup of bwd_main_pair.
 inline int main_slots(const BwdGrid& g) { return g.main_ctas * (g.pair_main ? 2 : 1); }
 template <typename T, int D, bool kGate, bool kDet>
 BwdGrid bwd_grid(int group);
