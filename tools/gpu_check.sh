@@ -39,6 +39,10 @@
 #          test_cuda_backward with each (every case's error ratios in errors_bwd_{3x,tf32}.log, the worst per
 #          gradient in the summary), memcheck on small cases with tf32, bench_fwd --bwd with stage times for each,
 #          and ncu (scheduler and warp-state sections) on one bwd_local launch of each (NCU_SHAPE, default 8,4096,32,64)
+#   localprof: where bwd_local's time goes: bench_fwd --bwd at LOCAL_SHAPE (default 32,4096,32,64) with each of its
+#          stages left out (PATHATTN_BWD_TIMING_SKIP 16 / 32 / 64 / 128 / 256, params.h; wrong gradients), then
+#          ncu on one bwd_local launch (NCU_SHAPE, default 8,4096,32,64) with its stall samples per instruction
+#          (tools/ncu_source_top.py: by opcode and the most-sampled SASS and CUDA lines)
 #   workspace: the scratch limit (Inputs::cuda_workspace_limit, docs/cuda.md "Workspace limit"): its gpu test
 #          (one kv head per call gives the same bits), memcheck + racecheck on it, then bench_fwd --bwd with no limit
 #          (PATHATTN_CUDA_WORKSPACE_MB=0) and with WORKSPACE_MB (default 1024), and each call's cut (the workspace
@@ -371,6 +375,24 @@ if [ "$MODE" = local ]; then
       grep -E "Duration|Executed Ipc|Issued Ipc|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Executed Instructions  |Stall" "$OUT/ncu_local_$v.txt" | head -24 | tee -a "$SUMMARY"
     done
   fi
+fi
+if [ "$MODE" = localprof ]; then
+  for skip in 0 16 32 64 128 256; do
+    PATHATTN_BWD_TIMING_SKIP=$skip PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --iters 5 \
+      --shape ${LOCAL_SHAPE:-32,4096,32,64} > "$OUT/bench_skip.log" 2>&1
+    note "timing skip $skip: bwd det/fast ms $(grep -E '^ +[0-9]' "$OUT/bench_skip.log" | awk '{print $9, $10}') |$(python3 tools/bench_stages.py "$OUT/bench_skip.log" | tail -1 | cut -d'|' -f3-)"
+  done
+  t0=$(date +%s)
+  timeout 300 ncu --clock-control none -k "regex:bwd_local" --launch-skip 1 --launch-count 1 --import-source yes \
+    --section WarpStateStats --section SchedulerStats --section SourceCounters --section SpeedOfLight \
+    -o "$OUT/local" -f build-gpu/bench/cuda/bench_fwd --bwd --iters 1 --shape ${NCU_SHAPE:-8,4096,32,64} > "$OUT/ncu_local.log" 2>&1
+  note "ncu bwd_local: rc=$? ($(( $(date +%s) - t0 )) s)"
+  ncu --import "$OUT/local.ncu-rep" --print-summary none | grep -E "Duration|Issued Ipc|No Eligible|Stall|Warp Cycles Per Issued" | head -30 | tee -a "$SUMMARY"
+  for src in sass cuda; do
+    ncu --import "$OUT/local.ncu-rep" --page source --csv --print-source $src > "$OUT/source_$src.csv" 2> "$OUT/source_$src.err"
+    note "source page ($src): rc=$? $(head -c 300 "$OUT/source_$src.err")"
+    python3 tools/ncu_source_top.py "$OUT/source_$src.csv" --top 40 2>&1 | tee -a "$SUMMARY"
+  done
 fi
 if [ "$MODE" = bwd ] && [ "${SKIP_BENCH:-0}" != 1 ]; then
   t0=$(date +%s)
