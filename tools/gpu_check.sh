@@ -39,7 +39,9 @@
 #          test_cuda_backward with each (every case's error ratios in errors_bwd_{3x,tf32}.log, the worst per
 #          gradient in the summary), memcheck on small cases with tf32, bench_fwd --bwd with stage times for each,
 #          and ncu (scheduler and warp-state sections) on one bwd_local launch of each (NCU_SHAPE, default 8,4096,32,64)
-#   localprof: where bwd_local's time goes: bench_fwd --bwd at LOCAL_SHAPE (default 32,4096,32,64) with each of its
+#   localprof: the chunk-local backward: test_cuda_backward and memcheck + racecheck on small cases (SKIP_TESTS=1
+#          skips them), bench_fwd --bwd with stage times at every shape, then where bwd_local's time goes:
+#          bench_fwd --bwd at LOCAL_SHAPE (default 32,4096,32,64) with each of its
 #          stages left out (PATHATTN_BWD_TIMING_SKIP 16 / 32 / 64 / 128 / 256, params.h; wrong gradients), then
 #          ncu on one bwd_local launch (NCU_SHAPE, default 8,4096,32,64) with its stall samples per instruction
 #          (tools/ncu_source_top.py: by opcode and the most-sampled SASS and CUDA lines)
@@ -377,6 +379,14 @@ if [ "$MODE" = local ]; then
   fi
 fi
 if [ "$MODE" = localprof ]; then
+  if [ "${SKIP_TESTS:-0}" != 1 ]; then
+    tests_bwd local
+    sanitize local build-gpu/tests/cuda/test_cuda_backward "$SMALL_BWD64:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16" 300
+  fi
+  PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --iters 5 > "$OUT/bench_local.log" 2>&1
+  note "bench_fwd --bwd: rc=$?"
+  grep -E '^ +B|^ +[0-9]' "$OUT/bench_local.log" | tee -a "$SUMMARY"
+  python3 tools/bench_stages.py "$OUT/bench_local.log" | tee -a "$SUMMARY"
   for skip in 0 16 32 64 128 256; do
     PATHATTN_BWD_TIMING_SKIP=$skip PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --iters 5 \
       --shape ${LOCAL_SHAPE:-32,4096,32,64} > "$OUT/bench_skip.log" 2>&1

@@ -74,7 +74,11 @@ __device__ __forceinline__ Y from_f(float x) {
 // operands rounded to TF32 (round to nearest), no low parts, one mma per tile instead of up to three. The split
 // costs most of a 3xTF32 product's instructions (per k-step and warp ~24 of ~34: the products are issue-bound,
 // docs/perf/notes.md), and docs/spec.md §6 allows low-precision tensor-core operands with f32 accumulation.
-enum Exact { kNone = 0, kA = 1, kB = 2, kAB = 3, kTf32 = 4 };
+// kRoundC (with kTf32): the product's result is stored rounded to TF32 (round to nearest), for a tile whose every
+// later reader is a TF32 product: those readers then take it as exact (kA / kB) and skip their own rounding of each
+// fragment element, with the same bits (rounding once where the tile is written, or where every product reads it,
+// gives the same operand; the mma ignores the low bits of an already rounded one).
+enum Exact { kNone = 0, kA = 1, kB = 2, kAB = 3, kTf32 = 4, kRoundC = 8 };
 // How each operand is stored: kAK, A(i, k) = A[i lda + k] (else A[k lda + i]); kBK, B(k, j) = B[j ldb + k] (else
 // B[k ldb + j]). A product reads an operand whose k is contiguous with float2 loads along k.
 enum Layout { kAKBK = 3, kAK = 1, kBK = 2, kANBN = 0 };
@@ -102,9 +106,23 @@ __device__ __forceinline__ void mm_nosync(float* Cm, int ldc, const TA* A, int l
   constexpr bool kAe = (kExact & kA) != 0, kBe = (kExact & kB) != 0;  // exact in TF32 as stored
   constexpr bool kAx = k1x || kAe, kBx = k1x || kBe;                  // no low part
   constexpr bool kAk = (kLayout & kAK) != 0, kBk = (kLayout & kBK) != 0;
+  constexpr bool kRc = k1x && (kExact & kRoundC) != 0;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int r0 = 16 * (warp % 4), c0 = (warp / 4) * (N / kGroups);
   const int klo = (kAk || kBk) ? 2 * t : t, khi = (kAk || kBk) ? 2 * t + 1 : t + 4;  // k of slots t, t + 4
+  // The values added to are loaded before the products, not after them: for an accumulator in the global scratch
+  // its L2 latency then passes under the mma instead of after them (the product's result does not depend on when).
+  // Only at 2 n tiles per warp (D = 64's 16 warps): with D = 128's 8 warps (4 or 8 n tiles) the 16 or 32 more
+  // registers spilled.
+  constexpr bool kEarlyC = NT <= 2;
+  float2 cin[2][NT];
+  if (kEarlyC && accumulate) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+        cin[half][nt] = *reinterpret_cast<const float2*>(Cm + (r0 + g + 8 * half) * ldc + c0 + 2 * t + nt * 8);
+  }
   float acc[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
@@ -160,15 +178,16 @@ __device__ __forceinline__ void mm_nosync(float* Cm, int ldc, const TA* A, int l
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     float* Cr = Cm + (r0 + g + 8 * half) * ldc + c0 + 2 * t;
-    float2 c[NT];
-    if (accumulate) {
+    if (!kEarlyC && accumulate) {
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) c[nt] = *reinterpret_cast<const float2*>(Cr + nt * 8);
+      for (int nt = 0; nt < NT; ++nt) cin[half][nt] = *reinterpret_cast<const float2*>(Cr + nt * 8);
     }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       const float2 v = make_float2(alpha * acc[nt][2 * half], alpha * acc[nt][2 * half + 1]);
-      *reinterpret_cast<float2*>(Cr + nt * 8) = accumulate ? make_float2(c[nt].x + v.x, c[nt].y + v.y) : v;
+      float2 o = accumulate ? make_float2(cin[half][nt].x + v.x, cin[half][nt].y + v.y) : v;
+      if constexpr (kRc) o = make_float2(tf32(o.x), tf32(o.y));
+      *reinterpret_cast<float2*>(Cr + nt * 8) = o;
     }
   }
 }
@@ -180,69 +199,128 @@ __device__ __forceinline__ void mm(float* Cm, int ldc, const TA* A, int lda, con
   __syncthreads();
 }
 
-// Rows [0, n) of a [C, D] view (row stride rs, elements of type X) into a tile [C][ldd] of type Y (f32, or the
-// inputs' 16-bit type for 16-bit inputs: exact); rows >= n are zero. A thread's loads are issued in batches of 16
-// before their stores (one latency per batch, 16 registers).
-template <int D, typename Y, typename X>
-__device__ __forceinline__ void stage(Y* dst, int ldd, const X* src, int64_t rs, int n) {
-  constexpr int kThreads = LocalTiles<D>::kThreads;
-  constexpr int kPer = C * D / kThreads, kBatch = kPer < 16 ? kPer : 16;
-#pragma unroll 1
-  for (int i0 = 0; i0 < kPer; i0 += kBatch) {
-    float v[kBatch];
+// A thread's share of a [C, D] tile moved between global and shared memory: kPer elements, element e = threadIdx.x
+// + i kThreads (row e / D, column e % D), in batches of kBatch whose loads are all issued before their stores (one
+// memory latency per batch; at D = 64 a tile is one batch, so several tiles can share one latency: stage_together).
+template <int D>
+struct Share {
+  static constexpr int kThreads = LocalTiles<D>::kThreads;
+  static constexpr int kPer = C * D / kThreads, kBatch = kPer < 16 ? kPer : 16;
+};
+// Batch i0 of rows [0, n) of a [C, D] view (row stride rs, elements of type X) as floats; rows >= n are zero.
+template <int D, typename X>
+__device__ __forceinline__ void load_view(float (&v)[Share<D>::kBatch], const X* src, int64_t rs, int n, int i0) {
 #pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int e = threadIdx.x + (i0 + i) * kThreads, r = e / D, d = e % D;
-      v[i] = r < n ? to_f(src[r * rs + d]) : 0.f;
-    }
+  for (int i = 0; i < Share<D>::kBatch; ++i) {
+    const int e = threadIdx.x + (i0 + i) * Share<D>::kThreads, r = e / D, d = e % D;
+    v[i] = r < n ? to_f(src[r * rs + d]) : 0.f;
+  }
+}
+// The same batch into a tile [C][ldd] of type Y (f32, or the inputs' 16-bit type for 16-bit inputs: exact).
+template <int D, typename Y>
+__device__ __forceinline__ void store_tile(Y* dst, int ldd, const float (&v)[Share<D>::kBatch], int i0) {
 #pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int e = threadIdx.x + (i0 + i) * kThreads;
-      dst[(e / D) * ldd + e % D] = from_f<Y>(v[i]);
-    }
+  for (int i = 0; i < Share<D>::kBatch; ++i) {
+    const int e = threadIdx.x + (i0 + i) * Share<D>::kThreads;
+    dst[(e / D) * ldd + e % D] = from_f<Y>(v[i]);
   }
 }
 
-// Rows [0, n) of an f32 tile [C][lds] into a [C, D] view of type X.
-template <int D, typename X>
-__device__ __forceinline__ void write_rows(X* dst, int64_t rs, const float* src, int lds, int n) {
-  constexpr int kThreads = LocalTiles<D>::kThreads;
-  constexpr int kPer = C * D / kThreads, kBatch = kPer < 16 ? kPer : 16;
+// One tile's batches, one after another (a step of stage_together below).
+template <int D, typename Step>
+__device__ __forceinline__ void stage_batches(const Step& step) {
 #pragma unroll 1
-  for (int i0 = 0; i0 < kPer; i0 += kBatch) {
-    float v[kBatch];
+  for (int i0 = 0; i0 < Share<D>::kPer; i0 += Share<D>::kBatch) {
+    float v[Share<D>::kBatch];
+    step.load(v, i0);
+    step.store(v, i0);
+  }
+}
+
+// A staging step of several tiles: each `load(v, i0)` fills a batch from global memory, then each `store(v, i0)`
+// writes it. Where a tile is one batch (D = 64) every load is issued before the first store, so the tiles share one
+// memory latency instead of one each; otherwise (D = 128: 16 registers per batch and tile) one tile after another.
+template <int D, typename... Steps>
+__device__ __forceinline__ void stage_together(const Steps&... steps) {
+  if constexpr (Share<D>::kPer == Share<D>::kBatch) {
+    float v[sizeof...(Steps)][Share<D>::kBatch];
+    int i = 0;
+    ((steps.load(v[i++], 0)), ...);
+    i = 0;
+    ((steps.store(v[i++], 0)), ...);
+  } else {
+    (stage_batches<D>(steps), ...);
+  }
+}
+// One tile of stage_together: rows [0, n) of a [C, D] view into a tile, as stage().
+template <int D, typename Y, typename X>
+struct StageStep {
+  Y* dst;
+  int ldd;
+  const X* src;
+  int64_t rs;
+  int n;
+  __device__ __forceinline__ void load(float (&v)[Share<D>::kBatch], int i0) const { load_view<D>(v, src, rs, n, i0); }
+  __device__ __forceinline__ void store(const float (&v)[Share<D>::kBatch], int i0) const { store_tile<D>(dst, ldd, v, i0); }
+};
+// One tile of stage_together the other way: rows [0, n) of an f32 tile [C][lds] into a [C, D] view of type X.
+template <int D, typename X>
+struct WriteStep {
+  X* dst;
+  int64_t rs;
+  const float* src;
+  int lds;
+  int n;
+  __device__ __forceinline__ void load(float (&v)[Share<D>::kBatch], int i0) const {
 #pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int e = threadIdx.x + (i0 + i) * kThreads;
+    for (int i = 0; i < Share<D>::kBatch; ++i) {
+      const int e = threadIdx.x + (i0 + i) * Share<D>::kThreads;
       v[i] = src[(e / D) * lds + e % D];
     }
+  }
+  __device__ __forceinline__ void store(const float (&v)[Share<D>::kBatch], int i0) const {
 #pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int e = threadIdx.x + (i0 + i) * kThreads, r = e / D, d = e % D;
-      if (r < n) {
-        if constexpr (std::is_same_v<X, float>)
-          dst[r * rs + d] = v[i];
-        else
-          dst[r * rs + d] = TypeTraits<X>::from_float(v[i]);
-      }
+    for (int i = 0; i < Share<D>::kBatch; ++i) {
+      const int e = threadIdx.x + (i0 + i) * Share<D>::kThreads, r = e / D, d = e % D;
+      if (r < n) dst[r * rs + d] = from_f<X>(v[i]);
     }
   }
+};
+template <int D, typename Y, typename X>
+__device__ __forceinline__ StageStep<D, Y, X> stage_step(Y* dst, int ldd, const X* src, int64_t rs, int n) {
+  return {dst, ldd, src, rs, n};
+}
+template <int D, typename X>
+__device__ __forceinline__ WriteStep<D, X> write_step(X* dst, int64_t rs, const float* src, int lds, int n) {
+  return {dst, rs, src, lds, n};
 }
 
-// X[i][j] for a C x C tile: keep where keep(i, j), else 0.
-template <typename F>
-__device__ __forceinline__ void mask2(float* X, float* Y, F keep) {  // both tiles, one barrier
+// x rounded to TF32 where kRound (a tile read only by TF32 products from here on: Exact's kRoundC), else x.
+template <bool kRound>
+__device__ __forceinline__ float round_if(float x) {
+  if constexpr (kRound)
+    return tf32(x);
+  else
+    return x;
+}
+
+// X[i][j] for a C x C tile: keep where keep(i, j) (rounded to TF32 where kRound), else 0.
+template <bool kRound, typename F>
+__device__ __forceinline__ void mask2(float* X, float* Y, F keep) {  // both tiles, one barrier; Y not rounded
   for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
     const int i = e / C, j = e % C;
-    if (!keep(i, j)) X[i * LC + j] = Y[i * LC + j] = 0.f;
+    if (!keep(i, j))
+      X[i * LC + j] = Y[i * LC + j] = 0.f;
+    else if (kRound)
+      X[i * LC + j] = round_if<kRound>(X[i * LC + j]);
   }
   __syncthreads();
 }
-template <typename F>
+template <bool kRound, typename F>
 __device__ __forceinline__ void mask(float* X, F keep) {
   for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
     const int i = e / C, j = e % C;
-    if (!keep(i, j)) X[i * LC + j] = 0.f;
+    X[i * LC + j] = keep(i, j) ? round_if<kRound>(X[i * LC + j]) : 0.f;
   }
   __syncthreads();
 }
@@ -262,8 +340,10 @@ __device__ __forceinline__ void add_row_dots(float* dbeta, const float* X, int l
 }
 
 // Backward of X = b strict_lower(M) (Y and A of Eq. 12, 10) given dX in dX (C x C): dbeta_i += sum_{j<i} dX_ij M_ij,
-// then dX becomes d loss / d M = b_i dX_ij on the strict lower part, 0 elsewhere. Four threads per row (a thread
-// per row walked rows 72 floats apart: 8-way bank conflicts), summed by shuffles in a fixed order.
+// then dX becomes d loss / d M = b_i dX_ij on the strict lower part, 0 elsewhere (rounded to TF32 where kRound).
+// Four threads per row (a thread per row walked rows 72 floats apart: 8-way bank conflicts), summed by shuffles in a
+// fixed order.
+template <bool kRound>
 __device__ __forceinline__ void strict_lower_beta_backward(float* dX, const float* M, const float* beta, float* dbeta) {
   if (threadIdx.x < 4 * C) {  // whole warps
     const int i = threadIdx.x / 4, q = threadIdx.x % 4;
@@ -272,7 +352,7 @@ __device__ __forceinline__ void strict_lower_beta_backward(float* dX, const floa
     for (int j = q; j < C; j += 4) {
       const float x = j < i ? dX[i * LC + j] : 0.f;
       acc = fmaf(x, M[i * LC + j], acc);
-      dX[i * LC + j] = beta[i] * x;
+      dX[i * LC + j] = round_if<kRound>(beta[i] * x);
     }
     acc += __shfl_xor_sync(0xffffffffu, acc, 1);
     acc += __shfl_xor_sync(0xffffffffu, acc, 2);
@@ -314,6 +394,12 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
   using namespace local_detail;
   // The products' precision bit, or-ed into every product's Exact flags below.
   constexpr int X = kOneTf32 ? local_detail::kTf32 : 0;
+  // In the TF32 instances the tiles read only by products are rounded where they are written (RC on the product
+  // that writes them, kR on the element-wise step), and the products that read them take them as exact (RA, RB):
+  // the same bits as rounding in every product, without the per-fragment conversions (Exact's kRoundC). Rounded:
+  // bW, Y, T, Kcorr, U, QWl, P, dS, dQWl, dM, dT, T^T dT, dN + dN^T. The 3xTF32 instances round nothing.
+  constexpr bool kR = kOneTf32;
+  constexpr int RA = kR ? local_detail::kA : 0, RB = kR ? local_detail::kB : 0, RC = kR ? local_detail::kRoundC : 0;
   static_assert(!std::is_same_v<T, float>, "the Exact flags below assume q, k, v, do in bf16 or f16");
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ float smem[];
@@ -377,17 +463,19 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       sBeta[tid] = tid < n ? p.beta[ci.b * p.sbeta.b + (int64_t)(ci.t0 + tid) * p.sbeta.t + h * p.sbeta.h] : 0.f;
       sDbeta[tid] = 0.f;
     }
-    const int64_t row_w = ci.b * p.sw.b + (int64_t)ci.t0 * p.sw.t + h * p.sw.h;
-    if (p.w_is_bf16)
-      stage<D>(W, LD, static_cast<const __nv_bfloat16*>(p.w) + row_w, p.sw.t, n);
-    else
-      stage<D>(W, LD, static_cast<const float*>(p.w) + row_w, p.sw.t, n);
-    stage<D>(sK, LD, static_cast<const T*>(p.k) + ci.b * p.sk.b + (int64_t)ci.t0 * p.sk.t + h * p.sk.h, p.sk.t, n);
-    stage<D>(sV, LD, static_cast<const T*>(p.v) + ci.b * p.sv.b + (int64_t)ci.t0 * p.sv.t + h * p.sv.h, p.sv.t, n);
+    {
+      const int64_t row_w = ci.b * p.sw.b + (int64_t)ci.t0 * p.sw.t + h * p.sw.h;
+      const auto k_step = stage_step<D>(sK, LD, static_cast<const T*>(p.k) + ci.b * p.sk.b + (int64_t)ci.t0 * p.sk.t + h * p.sk.h, p.sk.t, n);
+      const auto v_step = stage_step<D>(sV, LD, static_cast<const T*>(p.v) + ci.b * p.sv.b + (int64_t)ci.t0 * p.sv.t + h * p.sv.h, p.sv.t, n);
+      if (p.w_is_bf16)
+        stage_together<D>(stage_step<D>(W, LD, static_cast<const __nv_bfloat16*>(p.w) + row_w, p.sw.t, n), k_step, v_step);
+      else
+        stage_together<D>(stage_step<D>(W, LD, static_cast<const float*>(p.w) + row_w, p.sw.t, n), k_step, v_step);
+    }
     __syncthreads();
     for (int e = tid; e < C * D; e += kThreads) {
       const int r = e / D, d = e % D;
-      bW[r * LD + d] = sBeta[r] * W[r * LD + d];
+      bW[r * LD + d] = round_if<kR>(sBeta[r] * W[r * LD + d]);
     }
     if (!(p.timing_skip & 256)) {
       mm_nosync<NW, C, D, kNone | X, kAKBK>(s0, LC, W, LD, W, LD, 1.f, false);  // W W^T
@@ -395,40 +483,46 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       for (int e = tid; e < C * C; e += kThreads) {  // A = b strict_lower(W W^T), Y = b strict_lower(W K^T)
         const int i = e / C, j = e % C;
         s0[i * LC + j] = j < i ? sBeta[i] * s0[i * LC + j] : 0.f;
-        s1[i * LC + j] = j < i ? sBeta[i] * s1[i * LC + j] : 0.f;
+        s1[i * LC + j] = j < i ? round_if<kR>(sBeta[i] * s1[i * LC + j]) : 0.f;
     }
     __syncthreads();
     if (!(p.timing_skip & 16)) ut_solve_f32_x4<C>(s0, LC, sT, LC);  // T = (I + A)^{-1} (Eq. 10)
+    if (kR && tid < 4 * C) {  // T's column tid / 4 was written by lane 0 of this thread's quad, same warp: round it
+      __syncwarp();
+      for (int i = tid % 4; i < C; i += 4) sT[i * LC + tid / 4] = tf32(sT[i * LC + tid / 4]);
+    }
     __syncthreads();
-    mm_nosync<NW, C, C, kNone | X, kAK>(sKc, LC, sT, LC, s1, LC, 1.f, false);  // Kcorr = T Y
-    mm<NW, D, C, kNone | X, kAK>(U, LD, sT, LC, bW, LD, 1.f, false);     // U = T b W
+    mm_nosync<NW, C, C, kNone | X | RA | RB | RC, kAK>(sKc, LC, sT, LC, s1, LC, 1.f, false);  // Kcorr = T Y
+    mm<NW, D, C, kNone | X | RA | RB | RC, kAK>(U, LD, sT, LC, bW, LD, 1.f, false);     // U = T b W
     }
 
     // ---- The chunk product P = I - W^T U (Eq. 11): dW = -U dP^T, dU = -W dP (Eq. 34).
     const float* dP = p.dpacc + fac * D * D;
     float* dk = p.dkacc + fac * C * D;
     if (!(p.timing_skip & 128)) {
-      mm_nosync<NW, D, D, kNone | X, kAKBK>(dW, D, U, LD, dP, D, -1.f, false);
+      mm_nosync<NW, D, D, kNone | X | RA, kAKBK>(dW, D, U, LD, dP, D, -1.f, false);
       mm<NW, D, D, kNone | X, kAK>(dU, D, W, LD, dP, D, -1.f, false);
       // ---- K^ = K - Kcorr^T W (Eq. 14): dk += dK^ (dkacc holds dK^ and becomes dk), dKcorr = -W dK^^T,
       // dW -= Kcorr dK^ (Eq. 29).
       mm_nosync<NW, C, D, kNone | X, kAKBK>(dKc, C, W, LD, dk, D, -1.f, false);
-      mm<NW, D, C, kNone | X, kAK>(dW, D, sKc, LC, dk, D, -1.f, true);
+      mm<NW, D, C, kNone | X | RA, kAK>(dW, D, sKc, LC, dk, D, -1.f, true);
     }
 
     // ---- Per query head: the diagonal block and the query side (Eq. 12, 13, 24-28).
     for (int j = 0; j < ((p.timing_skip & 32) ? 0 : p.group); ++j) {
       const int hq = h * p.group + j;
       const int64_t qrow = (int64_t)gc * p.HQ + hq;
-      stage<D>(sQ, LD, static_cast<const T*>(p.q) + ci.b * p.sq.b + (int64_t)ci.t0 * p.sq.t + hq * p.sq.h, p.sq.t, n);
-      stage<D>(sDO, LD, static_cast<const T*>(p.dout) + ci.b * p.sdo.b + (int64_t)ci.t0 * p.sdo.t + hq * p.sdo.h, p.sdo.t, n);
+      const auto q_step = stage_step<D>(sQ, LD, static_cast<const T*>(p.q) + ci.b * p.sq.b + (int64_t)ci.t0 * p.sq.t + hq * p.sq.h, p.sq.t, n);
+      const auto do_step = stage_step<D>(sDO, LD, static_cast<const T*>(p.dout) + ci.b * p.sdo.b + (int64_t)ci.t0 * p.sdo.t + hq * p.sdo.h, p.sdo.t, n);
       // dQ^ (Eq. 21) of this head: into shared memory at D = 64 (written out as dq below), else dqacc in place
       float* dq = p.dqacc + qrow * C * D;
       int ldq = D;
       if constexpr (Tiles::kInSmem) {
-        stage<D>(sDq, LD, dq, D, n);
+        stage_together<D>(q_step, do_step, stage_step<D>(sDq, LD, static_cast<const float*>(dq), (int64_t)D, n));
         dq = sDq;
         ldq = LD;
+      } else {
+        stage_together<D>(q_step, do_step);
       }
       if (tid < C) {
         sLse2[tid] = p.lse2[qrow * C + tid];
@@ -438,20 +532,20 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       __syncthreads();
       mm_nosync<NW, C, D, kA | X, kAKBK>(s0, LC, Q, LD, W, LD, 1.f, false);    // Q W^T
       mm<NW, C, D, kAB | X, kAKBK>(s1, LC, Q, LD, K, LD, 1.f, false);  // Q K^T
-      mask2(s0, s1, [](int i, int jj) { return jj <= i; });  // QWl = lower(Q W^T), lower(Q K^T)
-      mm_nosync<NW, C, C, kNone | X, kAK>(s1, LC, s0, LC, sKc, LC, -1.f, true);  // S -= QWl Kcorr (Eq. 12)
+      mask2<kR>(s0, s1, [](int i, int jj) { return jj <= i; });  // QWl = lower(Q W^T), lower(Q K^T)
+      mm_nosync<NW, C, C, kNone | X | RA | RB, kAK>(s1, LC, s0, LC, sKc, LC, -1.f, true);  // S -= QWl Kcorr (Eq. 12)
       mm<NW, C, D, kAB | X, kAKBK>(s2, LC, dO, LD, V, LD, 1.f, false);    // dO V^T
       // P = exp(l - lse) and dl = P (dO V^T - delta) on the causal part (Eq. 19-20); in base 2.
       for (int e = tid; e < C * C; e += kThreads) {
         const int i = e / C, jj = e % C;
         float pr = 0.f;
         if (jj <= i && i < n) pr = exp2f(s1[i * LC + jj] * p.scale_log2 + (sG[i] - sG[jj]) * kLog2e - sLse2[i]);
-        s1[i * LC + jj] = pr;
+        s1[i * LC + jj] = round_if<kR>(pr);
         s2[i * LC + jj] = pr * (s2[i * LC + jj] - sDelta[i]);
       }
       __syncthreads();
-      mm_nosync<NW, D, C, kB | X, kANBN>(p.dvacc + fac * C * D, D, s1, LC, dO, LD, 1.f, true);  // dV += P^T dO (Eq. 5)
-      mm<NW, C, D, kNone | X, kAKBK>(s3, LC, dq, ldq, U, LD, -1.f, false);  // Q^ = Q - QWl U: dQWl = -dQ^ U^T (Eq. 26)
+      mm_nosync<NW, D, C, kB | X | RA, kANBN>(p.dvacc + fac * C * D, D, s1, LC, dO, LD, 1.f, true);  // dV += P^T dO (Eq. 5)
+      mm<NW, C, D, kNone | X | RB, kAKBK>(s3, LC, dq, ldq, U, LD, -1.f, false);  // Q^ = Q - QWl U: dQWl = -dQ^ U^T (Eq. 26)
       if constexpr (kGate) {
         // dG_t = sum_j dl_tj - sum_i dl_it (Eq. 7): the main kernel added the row sums over earlier key chunks
         // (dgrow) and stored minus the column sums over later query chunks (dgacc); this adds the diagonal block's.
@@ -465,17 +559,19 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
         }
         __syncthreads();  // the sums read dl before it is scaled in place below
       }
-      for (int e = tid; e < C * C; e += kThreads) s2[(e / C) * LC + e % C] *= p.scale;  // ds = scale dl (Eq. 6)
+      for (int e = tid; e < C * C; e += kThreads)  // ds = scale dl (Eq. 6)
+        s2[(e / C) * LC + e % C] = round_if<kR>(s2[(e / C) * LC + e % C] * p.scale);
       __syncthreads();
-      mm_nosync<NW, D, C, kNone | X, kANBN>(dU, D, s0, LC, dq, ldq, -1.f, true);  // dU -= QWl^T dQ^
-      mm<NW, C, C, kNone | X, kANBN>(dKc, C, s0, LC, s2, LC, -1.f, true);  // S: dKcorr -= QWl^T dS (Eq. 27)
-      mm_nosync<NW, D, C, kB | X, kAK>(dq, ldq, s2, LC, K, LD, 1.f, true);  // dq += dQ^ (in place) + dS K
-      mm<NW, C, C, kNone | X, kAKBK>(s3, LC, s2, LC, sKc, LC, -1.f, true);  // dQWl -= dS Kcorr^T
-      mask(s3, [](int i, int jj) { return jj <= i; });
-      mm_nosync<NW, D, C, kB | X, kANBN>(dk, D, s2, LC, Q, LD, 1.f, true);   // dk += dS^T Q
-      mm<NW, D, C, kNone | X, kAK>(dq, ldq, s3, LC, W, LD, 1.f, true);  // QWl: dq += dQWl W (Eq. 28)
-      mm<NW, D, C, kB | X, kANBN>(dW, D, s3, LC, Q, LD, 1.f, true);  //      dW += dQWl^T Q
-      write_rows<D>(static_cast<T*>(p.dq) + ci.b * p.sdq.b + (int64_t)ci.t0 * p.sdq.t + hq * p.sdq.h, p.sdq.t, dq, ldq, n);
+      mm_nosync<NW, D, C, kNone | X | RA, kANBN>(dU, D, s0, LC, dq, ldq, -1.f, true);  // dU -= QWl^T dQ^
+      mm<NW, C, C, kNone | X | RA | RB, kANBN>(dKc, C, s0, LC, s2, LC, -1.f, true);  // S: dKcorr -= QWl^T dS (Eq. 27)
+      mm_nosync<NW, D, C, kB | X | RA, kAK>(dq, ldq, s2, LC, K, LD, 1.f, true);  // dq += dQ^ (in place) + dS K
+      mm<NW, C, C, kNone | X | RA | RB, kAKBK>(s3, LC, s2, LC, sKc, LC, -1.f, true);  // dQWl -= dS Kcorr^T
+      mask<kR>(s3, [](int i, int jj) { return jj <= i; });
+      mm_nosync<NW, D, C, kB | X | RA, kANBN>(dk, D, s2, LC, Q, LD, 1.f, true);   // dk += dS^T Q
+      mm<NW, D, C, kNone | X | RA, kAK>(dq, ldq, s3, LC, W, LD, 1.f, true);  // QWl: dq += dQWl W (Eq. 28)
+      mm<NW, D, C, kB | X | RA, kANBN>(dW, D, s3, LC, Q, LD, 1.f, true);  //      dW += dQWl^T Q
+      stage_together<D>(write_step<D>(static_cast<T*>(p.dq) + ci.b * p.sdq.b + (int64_t)ci.t0 * p.sdq.t + hq * p.sdq.h, p.sdq.t,
+                                      static_cast<const float*>(dq), ldq, n));
       if constexpr (Tiles::kInSmem) __syncthreads();  // the next head stages its dQ^ into sDq
     }
 
@@ -484,40 +580,44 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       mm<NW, C, D, kB | X, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);  // M = W K^T
       for (int e = tid; e < C * C; e += kThreads) {       // Y = b strict_lower(M) again (not kept: shared memory)
         const int i = e / C, j = e % C;
-        s3[i * LC + j] = j < i ? sBeta[i] * s1[i * LC + j] : 0.f;
+        s3[i * LC + j] = j < i ? round_if<kR>(sBeta[i] * s1[i * LC + j]) : 0.f;
     }
     __syncthreads();
-    mm_nosync<NW, C, C, kNone | X, kAKBK>(s0, LC, dKc, C, s3, LC, 1.f, false);   // dT = dKcorr Y^T
-    mm<NW, C, C, kNone | X, kANBN>(s2, LC, sT, LC, dKc, C, 1.f, false);  // dY = T^T dKcorr
-    strict_lower_beta_backward(s2, s1, sBeta, sDbeta);  // Y = b strict_lower(M): dbeta, then dM = b dY
-    mm_nosync<NW, D, C, kB | X, kAK>(dW, D, s2, LC, K, LD, 1.f, true);       // dW += dM K
-    mm<NW, D, C, kNone | X, kANBN>(dk, D, s2, LC, W, LD, 1.f, true);  // dk += dM^T W
-    mm_nosync<NW, C, D, kNone | X, kAKBK>(s0, LC, dU, D, bW, LD, 1.f, true);    // dT += dU (b W)^T
-    mm<NW, D, C, kNone | X, kANBN>(dbW, D, sT, LC, dU, D, 1.f, false);  // d(bW) = T^T dU
+    mm_nosync<NW, C, C, kNone | X | RB, kAKBK>(s0, LC, dKc, C, s3, LC, 1.f, false);   // dT = dKcorr Y^T
+    mm<NW, C, C, kNone | X | RA, kANBN>(s2, LC, sT, LC, dKc, C, 1.f, false);  // dY = T^T dKcorr
+    strict_lower_beta_backward<kR>(s2, s1, sBeta, sDbeta);  // Y = b strict_lower(M): dbeta, then dM = b dY
+    mm_nosync<NW, D, C, kB | X | RA, kAK>(dW, D, s2, LC, K, LD, 1.f, true);       // dW += dM K
+    mm<NW, D, C, kNone | X | RA, kANBN>(dk, D, s2, LC, W, LD, 1.f, true);  // dk += dM^T W
+    mm_nosync<NW, C, D, kNone | X | RB | RC, kAKBK>(s0, LC, dU, D, bW, LD, 1.f, true);    // dT += dU (b W)^T
+    mm<NW, D, C, kNone | X | RA, kANBN>(dbW, D, sT, LC, dU, D, 1.f, false);  // d(bW) = T^T dU
     add_row_dots<D>(sDbeta, dbW, D, W, LD);
     for (int e = tid; e < C * D; e += kThreads) dW[e] += sBeta[e / D] * dbW[e];
     __syncthreads();
-    mm_nosync<NW, C, C, kNone | X, kANBN>(s2, LC, sT, LC, s0, LC, 1.f, false);  // T^T dT
+    mm_nosync<NW, C, C, kNone | X | RA | RB | RC, kANBN>(s2, LC, sT, LC, s0, LC, 1.f, false);  // T^T dT
     mm<NW, C, D, kNone | X, kAKBK>(s1, LC, W, LD, W, LD, 1.f, false);    // W W^T
-    mm<NW, C, C, kNone | X, kAKBK>(s3, LC, s2, LC, sT, LC, -1.f, false);  // dA = -T^T dT T^T (Eq. 30)
-    strict_lower_beta_backward(s3, s1, sBeta, sDbeta);  // A = b strict_lower(W W^T): dbeta, then dN = b dA
+    mm<NW, C, C, kNone | X | RA | RB, kAKBK>(s3, LC, s2, LC, sT, LC, -1.f, false);  // dA = -T^T dT T^T (Eq. 30)
+    strict_lower_beta_backward<false>(s3, s1, sBeta, sDbeta);  // A = b strict_lower(W W^T): dbeta, then dN = b dA
     for (int e = tid; e < C * C; e += kThreads) {  // dN + dN^T
       const int i = e / C, j = e % C;
-      s2[i * LC + j] = s3[i * LC + j] + s3[j * LC + i];
+      s2[i * LC + j] = round_if<kR>(s3[i * LC + j] + s3[j * LC + i]);
     }
     __syncthreads();
-    mm<NW, D, C, kNone | X, kAK>(dW, D, s2, LC, W, LD, 1.f, true);  // dW += (dN + dN^T) W
+    mm<NW, D, C, kNone | X | RA, kAK>(dW, D, s2, LC, W, LD, 1.f, true);  // dW += (dN + dN^T) W
     }
 
     // ---- Final writes (rows of the chunk).
     const int64_t t0 = (int64_t)ci.t0;
-    write_rows<D>(static_cast<T*>(p.dk) + ci.b * p.sdk.b + t0 * p.sdk.t + h * p.sdk.h, p.sdk.t, dk, D, n);
-    write_rows<D>(static_cast<T*>(p.dv) + ci.b * p.sdv.b + t0 * p.sdv.t + h * p.sdv.h, p.sdv.t, p.dvacc + fac * C * D, D, n);
-    const int64_t row_dw = ci.b * p.sdw.b + t0 * p.sdw.t + h * p.sdw.h;
-    if (p.w_is_bf16)
-      write_rows<D>(static_cast<__nv_bfloat16*>(p.dw) + row_dw, p.sdw.t, dW, D, n);
-    else
-      write_rows<D>(static_cast<float*>(p.dw) + row_dw, p.sdw.t, dW, D, n);
+    {
+      const auto dk_step = write_step<D>(static_cast<T*>(p.dk) + ci.b * p.sdk.b + t0 * p.sdk.t + h * p.sdk.h, p.sdk.t,
+                                         static_cast<const float*>(dk), D, n);
+      const auto dv_step = write_step<D>(static_cast<T*>(p.dv) + ci.b * p.sdv.b + t0 * p.sdv.t + h * p.sdv.h, p.sdv.t,
+                                         static_cast<const float*>(p.dvacc + fac * C * D), D, n);
+      const int64_t row_dw = ci.b * p.sdw.b + t0 * p.sdw.t + h * p.sdw.h;
+      if (p.w_is_bf16)
+        stage_together<D>(dk_step, dv_step, write_step<D>(static_cast<__nv_bfloat16*>(p.dw) + row_dw, p.sdw.t, static_cast<const float*>(dW), D, n));
+      else
+        stage_together<D>(dk_step, dv_step, write_step<D>(static_cast<float*>(p.dw) + row_dw, p.sdw.t, static_cast<const float*>(dW), D, n));
+    }
     __syncthreads();  // sDbeta: add_row_dots and the last strict_lower_beta_backward wrote it from other threads
     if (tid < n) p.dbeta[ci.b * p.sdbeta.b + (t0 + tid) * p.sdbeta.t + h * p.sdbeta.h] = sDbeta[tid];
   }
