@@ -100,9 +100,12 @@ __device__ __forceinline__ void mm_nosync(float* Cm, int ldc, const TA* A, int l
   constexpr int kGroups = kWarps / 4;           // column groups
   static_assert(kWarps % 4 == 0 && N % (8 * kGroups) == 0, "4 row blocks x column groups of whole n tiles");
   constexpr int NT = N / (8 * kGroups);         // n tiles of 8 per warp
-  constexpr int KB = NT >= 8 ? 2 : 4;           // k-steps per load batch (registers: KB (4 + 2 NT) floats)
-  static_assert(K % (8 * KB) == 0, "K must be a multiple of the load batch");
   constexpr bool k1x = (kExact & kTf32) != 0;                  // one TF32 product (see Exact)
+  // k-steps per load batch (registers: KB (4 + 2 NT) floats). 8 (a 64-deep product's operands in one batch: one
+  // memory latency) where the registers allow: one TF32 product at 2 n tiles per warp (D = 64); with 3xTF32's low
+  // parts it spilled ~250 bytes.
+  constexpr int KB = NT >= 8 ? 2 : (k1x && NT <= 2 && K % 64 == 0) ? 8 : 4;
+  static_assert(K % (8 * KB) == 0, "K must be a multiple of the load batch");
   constexpr bool kAe = (kExact & kA) != 0, kBe = (kExact & kB) != 0;  // exact in TF32 as stored
   constexpr bool kAx = k1x || kAe, kBx = k1x || kBe;                  // no low part
   constexpr bool kAk = (kLayout & kAK) != 0, kBk = (kLayout & kBK) != 0;
