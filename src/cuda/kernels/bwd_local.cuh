@@ -259,7 +259,7 @@ __device__ __forceinline__ void stage_together(const Steps&... steps) {
     (stage_batches<D>(steps), ...);
   }
 }
-// One tile of stage_together: rows [0, n) of a [C, D] view into a tile, as stage().
+// One tile of stage_together: rows [0, n) of a [C, D] view into a tile [C][ldd]; rows >= n are zero.
 template <int D, typename Y, typename X>
 struct StageStep {
   Y* dst;
