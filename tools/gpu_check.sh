@@ -46,6 +46,10 @@
 #          (PATHATTN_BWD_TIMING_SKIP 16 / 32 / 64 / 128 / 256, params.h; wrong gradients), and ncu on one bwd_local
 #          launch (NCU_SHAPE, default 8,4096,32,64) with its stall samples per instruction (tools/ncu_source_top.py:
 #          by opcode and the most-sampled SASS and CUDA lines)
+#   wide:  the D = 128 wgmma main backward kernel (PATHATTN_BWD_MAIN=wide, bwd_main_wide.cuh, docs/perf/notes.md v13)
+#          beside the mma.sync one: test_cuda_backward's D = 128 cases and the determinism test with it in both modes
+#          (PATHATTN_TEST_BWD_FAST=1: the fast mode's instances), memcheck + racecheck on two small D = 128 cases,
+#          bench_fwd --bwd --only 128 with each main kernel (stage times)
 #   workspace: the scratch limit (Inputs::cuda_workspace_limit, docs/cuda.md "Workspace limit"): its gpu test
 #          (one kv head per call gives the same bits), memcheck + racecheck on it, then bench_fwd --bwd with no limit
 #          (PATHATTN_CUDA_WORKSPACE_MB=0) and with WORKSPACE_MB (default 1024), and each call's cut (the workspace
@@ -119,7 +123,7 @@ run_sanitizers() {
 tests_bwd() {
   local tag=$1 t0; shift
   t0=$(date +%s)
-  timeout 420 build-gpu/tests/cuda/test_cuda_backward "$@" > "$OUT/errors_bwd_$tag.log" 2>&1
+  timeout ${BWD_TEST_TIMEOUT:-420} build-gpu/tests/cuda/test_cuda_backward "$@" > "$OUT/errors_bwd_$tag.log" 2>&1
   note "test_cuda_backward ($tag): rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/errors_bwd_$tag.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
   grep -E '^\[  FAILED  \]' "$OUT/errors_bwd_$tag.log" | head -20 | tee -a "$SUMMARY"
 }
@@ -407,6 +411,21 @@ if [ "$MODE" = localprof ]; then
     ncu --import "$OUT/local.ncu-rep" --page source --csv --print-source $src > "$OUT/source_$src.csv" 2> "$OUT/source_$src.err"
     note "source page ($src): rc=$? $(head -c 300 "$OUT/source_$src.err")"
     python3 tools/ncu_source_top.py "$OUT/source_$src.csv" --top 40 2>&1 | tee -a "$SUMMARY"
+  done
+fi
+if [ "$MODE" = wide ]; then
+  # The D = 128 wgmma main kernel beside the mma.sync one (a hang shows as a timeout: 200 s per test run).
+  WIDE_CASES='*D128*:CudaBackwardDeterminism.*'
+  PATHATTN_BWD_MAIN=wide BWD_TEST_TIMEOUT=200 tests_bwd wide --gtest_filter="$WIDE_CASES"
+  PATHATTN_BWD_MAIN=wide PATHATTN_TEST_BWD_FAST=1 BWD_TEST_TIMEOUT=200 tests_bwd wide_fast --gtest_filter="$WIDE_CASES"
+  PATHATTN_BWD_MAIN=wide sanitize wide build-gpu/tests/cuda/test_cuda_backward \
+    '*B2_T65_H2_HQ2_D128_DV128_betauniform_f16:*B1_T97_H2_HQ4_D128_DV128*gate*' 240
+  for main in mma wide; do
+    PATHATTN_BWD_MAIN=$main PATHATTN_CUDA_PROFILE=1 timeout 240 build-gpu/bench/cuda/bench_fwd --bwd --only 128 --iters 5 \
+      > "$OUT/bench_main_$main.log" 2>&1
+    note "bench_fwd --bwd --only 128, PATHATTN_BWD_MAIN=$main: rc=$?"
+    grep -E '^ +B|^ +[0-9]' "$OUT/bench_main_$main.log" | tee -a "$SUMMARY"
+    python3 tools/bench_stages.py "$OUT/bench_main_$main.log" | tee -a "$SUMMARY"
   done
 fi
 if [ "$MODE" = bwd ] && [ "${SKIP_BENCH:-0}" != 1 ]; then

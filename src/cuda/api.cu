@@ -260,7 +260,7 @@ BwdBuffers declare_backward(Workspace& ws, const Problem& p, const Plan& plan, c
   b.count_q = ws.add("count_q", static_cast<std::size_t>(NC) * p.HQ * 4);
   b.count_p = ws.add("count_p", static_cast<std::size_t>(NC) * p.H * 4);
   b.next_task = ws.add("next_task", 4);
-  b.dohat = grid.pair_main ? ws.add("dohat", q_rows * D * 2) : -1;
+  b.dohat = main_reads_dohat(grid) ? ws.add("dohat", q_rows * D * 2) : -1;
   b.slots = ws.add("slots", static_cast<std::size_t>(main_slots(grid)) * plan.max_chunks * kChunk * D * 2);
   b.local = ws.add("local scratch", static_cast<std::size_t>(grid.local_ctas) * kLocalTiles * kChunk * D * 4);
   return b;

@@ -203,22 +203,26 @@ INSTANTIATE_TEST_SUITE_P(Long, CudaBackward,
                          [](const auto& info) { return info.param.name(); });
 
 // deterministic = true: two calls on the same inputs give the same bits in every gradient (many chunks, GQA 4:1,
-// the gate, B > 1, so that cross-block sums exist everywhere). deterministic = false: not bitwise, but the same rule.
+// the gate, B > 1, so that cross-block sums exist everywhere), at D = 64 and 128 (each D's main kernel orders its
+// sums its own way). deterministic = false: not bitwise, but the same rule.
 TEST(CudaBackwardDeterminism, BitwiseRepeatable) {
   if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
-  CudaCase c(GpuSpec{{.B = 2, .T = 1000, .H = 2, .HQ = 8, .D = 64, .DV = 64, .gate = true, .seed = 25}, DType::bf16});
-  ASSERT_NO_THROW(c.forward());
-  DevGrads a(c.gs), b(c.gs), nd(c.gs);
-  ASSERT_NO_THROW(c.backward(a, true));
-  ASSERT_NO_THROW(c.backward(b, true));
-  ASSERT_NO_THROW(c.backward(nd, false));
-  TEST_CUDA(cudaDeviceSynchronize());
-  const auto la = a.list(), lb = b.list();
-  for (size_t i = 0; i < la.size(); ++i)
-    EXPECT_TRUE(std::get<1>(la[i])->buf.download<uint8_t>() == std::get<1>(lb[i])->buf.download<uint8_t>())
-        << std::get<0>(la[i]) << " differs between two deterministic calls";
-  std::printf("%s, deterministic = false\n", c.gs.name().c_str());
-  check_gradients(nd, f64_oracle(c.P, c.og, false), c.baseline());
+  for (const GpuSpec& gs : {GpuSpec{{.B = 2, .T = 1000, .H = 2, .HQ = 8, .D = 64, .DV = 64, .gate = true, .seed = 25}, DType::bf16},
+                            GpuSpec{{.B = 2, .T = 1000, .H = 2, .HQ = 8, .D = 128, .DV = 128, .gate = true, .seed = 34}, DType::bf16}}) {
+    CudaCase c(gs);
+    ASSERT_NO_THROW(c.forward());
+    DevGrads a(c.gs), b(c.gs), nd(c.gs);
+    ASSERT_NO_THROW(c.backward(a, true));
+    ASSERT_NO_THROW(c.backward(b, true));
+    ASSERT_NO_THROW(c.backward(nd, false));
+    TEST_CUDA(cudaDeviceSynchronize());
+    const auto la = a.list(), lb = b.list();
+    for (size_t i = 0; i < la.size(); ++i)
+      EXPECT_TRUE(std::get<1>(la[i])->buf.download<uint8_t>() == std::get<1>(lb[i])->buf.download<uint8_t>())
+          << gs.name() << ": " << std::get<0>(la[i]) << " differs between two deterministic calls";
+    std::printf("%s, deterministic = false\n", c.gs.name().c_str());
+    check_gradients(nd, f64_oracle(c.P, c.og, false), c.baseline());
+  }
 }
 
 // The chunk-local kernel's kLean instances (PATHATTN_BWD_LOCAL_LEAN=1, docs/perf/notes.md v12) do the default

@@ -76,8 +76,9 @@ namespace bwd_detail {
 // path before the next wgmma, and ptxas then serialised every wgmma of the kernel (warning C7520: "wgmma.mma_async
 // instructions are serialized due to program dependence on compiler-inserted WG.AR in divergent path"), which cost
 // 10-16% of bwd_main (docs/perf/notes.md v11).
-__device__ __forceinline__ void warp_wait_turn(const int* counter, int turn) {
-  while (__shfl_sync(0xffffffffu, load_acquire(counter), 0) < 4 * turn) __nanosleep(32);
+// warps: the warps of each task that add (4 here; 8 in bwd_main_wide.cuh, whose two warpgroups both add).
+__device__ __forceinline__ void warp_wait_turn(const int* counter, int turn, int warps) {
+  while (__shfl_sync(0xffffffffu, load_acquire(counter), 0) < warps * turn) __nanosleep(32);
   __syncwarp();
 }
 __device__ __forceinline__ void warp_pass_turn(int* counter) {
@@ -337,7 +338,7 @@ __global__ void __launch_bounds__(256, 1)
           wgmma_fence_operand(dq);
           wgmma_fence_frags(qa);
           if (act1) wgmma_fence_frags(qb);
-          if constexpr (kDet) warp_wait_turn(p.count_q + qrow, (m - 1 - gc) / 2);
+          if constexpr (kDet) warp_wait_turn(p.count_q + qrow, (m - 1 - gc) / 2, 4);
           if constexpr (kGate) {  // dgrow[t] += the 8 warps' row sums, in a fixed order
             const float* rs = sRow(st);
             const int t = threadIdx.x % 128;
@@ -387,7 +388,7 @@ __global__ void __launch_bounds__(256, 1)
           wgmma_fence_frags(ea);
           if (chain1) wgmma_fence_frags(ea1);
           int* count = p.count_p + (int64_t)jc * p.H + h;
-          if constexpr (kDet) warp_wait_turn(count, (jc - 1 - gc) / 2);
+          if constexpr (kDet) warp_wait_turn(count, (jc - 1 - gc) / 2, 4);
           atomic_add_acc<8>(dpj, p.dpacc + ((int64_t)jc * p.H + h) * D * D, D, row0, D);
           if constexpr (kDet) warp_pass_turn(count);
         } else if (update) {

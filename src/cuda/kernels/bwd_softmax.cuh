@@ -35,12 +35,12 @@ __device__ __forceinline__ void softmax_backward(float (&s)[NC8][4], float (&dp)
 }
 
 // The gate's two sums of the tile's dl (Eq. 7): dG_j -= sum_i dl_ij into dg_keys[C] for this thread's key rows
-// (owned by the task), and sum_j dl_ij over this warp's 16 keys into row_sums[4][C] (row warp), which
-// add_gate_rows sums over the 4 warps in a fixed order.
+// (owned by the task), and sum_j dl_ij over this warp's 16 keys into row_sums[4][C] (row warp_row: by default
+// the warp's index), which add_gate_rows sums over the 4 warps in a fixed order.
 template <int NC8>
 __device__ __forceinline__ void gate_tile_sums(const float (&colsum)[2], const float (&dl)[NC8][4], float* dg_keys,
-                                               float* row_sums, int r0) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t4 = lane % 4;
+                                               float* row_sums, int r0, int warp_row = threadIdx.x / 32) {
+  const int lane = threadIdx.x % 32, t4 = lane % 4;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     float x = colsum[half];
@@ -56,7 +56,7 @@ __device__ __forceinline__ void gate_tile_sums(const float (&colsum)[2], const f
       x += __shfl_xor_sync(0xffffffffu, x, 4);
       x += __shfl_xor_sync(0xffffffffu, x, 8);
       x += __shfl_xor_sync(0xffffffffu, x, 16);
-      if (lane < 4) row_sums[warp * kChunk + nt * 8 + 2 * lane + par] = x;
+      if (lane < 4) row_sums[warp_row * kChunk + nt * 8 + 2 * lane + par] = x;
     }
 }
 

@@ -48,6 +48,21 @@ __device__ __forceinline__ void store_acc(const float (&acc)[NT][4], T* s, int64
           TypeTraits<T>::pack(scale * acc[nt][2 * half], scale * acc[nt][2 * half + 1]);
 }
 
+// The same into one 128-byte-swizzled 64 x 64 tile (what TMA writes and wgmma reads: fwd_tiles.cuh swz at ld 64),
+// the accumulator's columns landing at col0 + 8 nt + ...; a wgmma reads the tile next only after the writers'
+// fence.proxy.async and a barrier.
+template <typename T, int NT>
+__device__ __forceinline__ void store_acc_swz(const float (&acc)[NT][4], T* tile, int row0, int col0, float scale = 1.f) {
+  static_assert(NT <= 8, "one 64-column tile");
+  const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      *reinterpret_cast<uint32_t*>(tile + fwd_detail::swz<true>(row0 + g + 8 * half, col0 + nt * 8 + 2 * t4, 64)) =
+          TypeTraits<T>::pack(scale * acc[nt][2 * half], scale * acc[nt][2 * half + 1]);
+}
+
 // The same in f32 (plain stores: the caller owns the rows).
 template <int NT>
 __device__ __forceinline__ void store_acc_f32(const float (&acc)[NT][4], float* g0, int64_t ld, int row0) {

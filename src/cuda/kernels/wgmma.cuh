@@ -1,5 +1,6 @@
 // Hopper warpgroup matrix multiply (wgmma, sm_90a) through inline PTX: shared-memory matrix descriptors, the
-// m64n64k16 product with A in registers (RS form) and f32 accumulators, and the fences around it.
+// m64n64k16 product with A in registers (RS form), m64n64k16 and m64n32k16 with A in shared memory (SS form), f32
+// accumulators, and the fences around them.
 //
 // Layouts (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"): the 4 warps of a warpgroup own
 // rows 16w..16w+15 of the 64-row tile; per warp, the A fragment of one k16 step and the accumulator of each
@@ -100,6 +101,46 @@ struct WgmmaTag<__half> {
 PATHATTN_WGMMA_M64N64K16_RS(bf16)
 PATHATTN_WGMMA_M64N64K16_RS(f16)
 #undef PATHATTN_WGMMA_M64N64K16_RS
+
+// The SS form: A from shared memory too (a descriptor, as B's), for operands that a warpgroup did not compute
+// itself or shares with the other warpgroup (bwd_main_wide.cuh). kTransA = 0: A(m, k) stored [m][k] (K-major,
+// as kTransB = 0); kTransA = 1: stored [k][m] (MN-major), which the instruction transposes (16-bit types only).
+// m64n64k16 (32 accumulator registers from kOff) and m64n32k16 (16).
+#define PATHATTN_WGMMA_D16                                                                                           \
+  "+f"(d[kOff + 0][0]), "+f"(d[kOff + 0][1]), "+f"(d[kOff + 0][2]), "+f"(d[kOff + 0][3]),                            \
+  "+f"(d[kOff + 1][0]), "+f"(d[kOff + 1][1]), "+f"(d[kOff + 1][2]), "+f"(d[kOff + 1][3]),                            \
+  "+f"(d[kOff + 2][0]), "+f"(d[kOff + 2][1]), "+f"(d[kOff + 2][2]), "+f"(d[kOff + 2][3]),                            \
+  "+f"(d[kOff + 3][0]), "+f"(d[kOff + 3][1]), "+f"(d[kOff + 3][2]), "+f"(d[kOff + 3][3])
+#define PATHATTN_WGMMA_SS(TY)                                                                                        \
+  template <int kTransA, int kTransB, int kOff = 0, int NT>                                                          \
+  __device__ __forceinline__ void wgmma_m64n64k16_ss(float(&d)[NT][4], uint64_t desc_a, uint64_t desc_b,             \
+                                                     int accumulate, TY##_tag) {                                     \
+    static_assert(kOff + 8 <= NT, "the accumulator holds 8 column blocks from kOff");                               \
+    asm volatile(                                                                                                    \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                                 \
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." #TY "." #TY " "                                                \
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                                                    \
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "                                         \
+        "%32, %33, p, 1, 1, %35, %36;\n}\n"                                                                          \
+        : PATHATTN_WGMMA_D32                                                                                         \
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB));                                    \
+  }                                                                                                                  \
+  template <int kTransA, int kTransB, int kOff = 0, int NT>                                                          \
+  __device__ __forceinline__ void wgmma_m64n32k16_ss(float(&d)[NT][4], uint64_t desc_a, uint64_t desc_b,             \
+                                                     int accumulate, TY##_tag) {                                     \
+    static_assert(kOff + 4 <= NT, "the accumulator holds 4 column blocks from kOff");                               \
+    asm volatile(                                                                                                    \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                                                 \
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32." #TY "." #TY " "                                                \
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "                                                  \
+        "%16, %17, p, 1, 1, %19, %20;\n}\n"                                                                          \
+        : PATHATTN_WGMMA_D16                                                                                         \
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB));                                    \
+  }
+PATHATTN_WGMMA_SS(bf16)
+PATHATTN_WGMMA_SS(f16)
+#undef PATHATTN_WGMMA_SS
+#undef PATHATTN_WGMMA_D16
 #undef PATHATTN_WGMMA_D32
 
 // acc[64 x 64] (+)= A[64 x 64] (registers: four k16 steps) * B[64 x 64] from one 128-byte-swizzled tile: B K-major

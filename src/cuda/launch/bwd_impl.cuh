@@ -1,4 +1,4 @@
-// Launches the backward's own kernels (kernels/bwd_prep.cuh, bwd_main.cuh, bwd_local.cuh) and sizes their
+// Launches the backward's own kernels (kernels/bwd_prep.cuh, bwd_main*.cuh, bwd_local.cuh) and sizes their
 // persistent grids: as many CTAs as fit on the device at once, since the main kernel's CTAs wait for each other
 // (all must be resident) and each owns a scratch slot. Included by bwd_<dtype>_<D>.cu, one instance list each, so
 // that the four (dtype, D) builds of these large kernels compile in parallel.
@@ -12,6 +12,7 @@
 #include "cuda/kernels/bwd_local.cuh"
 #include "cuda/kernels/bwd_main.cuh"
 #include "cuda/kernels/bwd_main_pair.cuh"
+#include "cuda/kernels/bwd_main_wide.cuh"
 #include "cuda/kernels/bwd_prep.cuh"
 #include "cuda/launch/launch.h"
 #include "cuda/tensor_maps.h"
@@ -35,17 +36,25 @@ inline int resident(K kernel, int threads, int bytes, const char* name) {
   return per_sm * sm_count();
 }
 
-// D = 64 runs the two-key-chunk wgmma main kernel (bwd_main_pair.cuh; bwd_main det / fast 56.2 / 35.0 ms at
-// 32 x 4096 against the mma.sync kernel's ~75 / ~57, docs/perf/notes.md v4, v10, v11); PATHATTN_BWD_MAIN=mma runs the
-// mma.sync one (bwd_main.cuh), which D = 128 always runs, for side-by-side timing.
-template <int D>
-bool use_pair_main() {
-  if constexpr (D != 64) {
-    return false;
-  } else {
-    const char* e = std::getenv("PATHATTN_BWD_MAIN");
-    return !(e && std::strcmp(e, "mma") == 0);
-  }
+// The main kernel: at D = 64 the two-key-chunk wgmma kernel (bwd_main_pair.cuh: bwd_main det / fast 56.2 / 35.0 ms
+// at 32 x 4096 against the mma.sync kernel's ~75 / ~57, docs/perf/notes.md v4, v10, v11) unless
+// PATHATTN_BWD_MAIN=mma asks for the mma.sync one (bwd_main.cuh), for side-by-side timing; at D = 128 the mma.sync
+// kernel, or the column-split wgmma kernel (bwd_main_wide.cuh, notes.md v13) with PATHATTN_BWD_MAIN=wide until it has
+// run on the GPU. D = 128 also runs the mma.sync kernel where the wgmma one's shared memory (which grows with the
+// gate's per-head column sums) does not fit the device.
+inline bool mma_main_forced() {
+  const char* e = std::getenv("PATHATTN_BWD_MAIN");
+  return e && std::strcmp(e, "mma") == 0;
+}
+inline bool wide_main_asked() {
+  const char* e = std::getenv("PATHATTN_BWD_MAIN");
+  return e && std::strcmp(e, "wide") == 0;
+}
+inline bool fits_smem(int bytes) {
+  int dev = 0, most = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return bytes <= most;
 }
 
 // The chunk-local kernel's products: one plain TF32 product each for bf16 inputs, 3xTF32 (~f32) for f16
@@ -83,11 +92,19 @@ auto local_instance() {
 template <typename T, int D, bool kGate, bool kDet>
 BwdGrid bwd_grid(int group) {
   BwdGrid g;
-  g.pair_main = bwd_launch_detail::use_pair_main<D>();
-  if (g.pair_main)
-    g.main_ctas = bwd_launch_detail::resident(bwd_main_pair_kernel<T, kGate, kDet>, 256, BwdPairSmem::bytes(group, kGate),
-                                              "bwd_main_pair_kernel");
-  else
+  const bool wgmma = !bwd_launch_detail::mma_main_forced();
+  g.pair_main = D == 64 && wgmma;
+  g.wide_main = D == 128 && bwd_launch_detail::wide_main_asked() && bwd_launch_detail::fits_smem(BwdWideSmem::bytes(group, kGate));
+  if constexpr (D == 64) {  // (each D's TU compiles its own wgmma kernel only)
+    if (g.pair_main)
+      g.main_ctas = bwd_launch_detail::resident(bwd_main_pair_kernel<T, kGate, kDet>, 256, BwdPairSmem::bytes(group, kGate),
+                                                "bwd_main_pair_kernel");
+  } else {
+    if (g.wide_main)
+      g.main_ctas = bwd_launch_detail::resident(bwd_main_wide_kernel<T, kGate, kDet>, 256, BwdWideSmem::bytes(group, kGate),
+                                                "bwd_main_wide_kernel");
+  }
+  if (!g.pair_main && !g.wide_main)
     g.main_ctas = bwd_launch_detail::resident(bwd_main_kernel<T, D, kGate, kDet>, 128, BwdMainSmem<D>::bytes(group, kGate),
                                               "bwd_main_kernel");
   g.local_ctas = bwd_launch_detail::resident(bwd_launch_detail::local_instance<T, D, kGate>(), local_detail::LocalTiles<D>::kThreads,
@@ -104,21 +121,27 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
     CUDA_CHECK_LAUNCH("bwd_prep_kernel");
   }
   mark("bwd_prep");
-  if (grid.pair_main) {
+  if (grid.pair_main || grid.wide_main) {
+    // The tiles the wgmma kernels stream, as [rows, D] matrices read in 64 x 64 boxes (128-byte swizzle).
+    const int64_t q_rows = static_cast<int64_t>(p.num_chunks) * p.HQ * kChunk;
+    const CUtensorMap tm_q = tensor_map_2d(p.qhat, q_rows, D, D, 64, 64, "the Q^ workspace");
+    const CUtensorMap tm_do = tensor_map_2d(p.dohat, q_rows, D, D, 64, 64, "the dO^ workspace");
+    const CUtensorMap tm_step =
+        tensor_map_2d(p.ws.step, static_cast<int64_t>(p.num_chunks) * p.H * D, D, D, 64, 64, "the E workspace");
+    const CUtensorMap tm_slot = tensor_map_2d(p.slots, static_cast<int64_t>(main_slots(grid)) * p.slot_chunks * kChunk, D,
+                                              D, 64, 64, "the backward's slots");
     if constexpr (D == 64) {
-      // The tiles the kernel streams, as [rows, 64] matrices read in 64 x 64 boxes (128-byte swizzle).
-      const int64_t q_rows = static_cast<int64_t>(p.num_chunks) * p.HQ * kChunk;
-      const CUtensorMap tm_q = tensor_map_2d(p.qhat, q_rows, 64, 64, 64, 64, "the Q^ workspace");
-      const CUtensorMap tm_do = tensor_map_2d(p.dohat, q_rows, 64, 64, 64, 64, "the dO^ workspace");
-      const CUtensorMap tm_step =
-          tensor_map_2d(p.ws.step, static_cast<int64_t>(p.num_chunks) * p.H * 64, 64, 64, 64, 64, "the E workspace");
-      const CUtensorMap tm_slot = tensor_map_2d(p.slots, static_cast<int64_t>(main_slots(grid)) * p.slot_chunks * kChunk, 64,
-                                                64, 64, 64, "the backward's slots");
       const int bytes = BwdPairSmem::bytes(p.group, kGate);
       const auto kernel = bwd_main_pair_kernel<T, kGate, kDet>;
       CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
       kernel<<<grid.main_ctas, 256, bytes, stream>>>(p, tm_q, tm_do, tm_step, tm_slot);
       CUDA_CHECK_LAUNCH("bwd_main_pair_kernel");
+    } else {
+      const int bytes = BwdWideSmem::bytes(p.group, kGate);
+      const auto kernel = bwd_main_wide_kernel<T, kGate, kDet>;
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+      kernel<<<grid.main_ctas, 256, bytes, stream>>>(p, tm_q, tm_do, tm_step, tm_slot);
+      CUDA_CHECK_LAUNCH("bwd_main_wide_kernel");
     }
   } else {
     const int bytes = BwdMainSmem<D>::bytes(p.group, kGate);

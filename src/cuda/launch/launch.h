@@ -25,7 +25,11 @@ struct BwdGrid {
   int main_ctas = 0, local_ctas = 0;
   bool pair_main = false;  // the main kernel is bwd_main_pair (D = 64, wgmma; needs BwdParams::dohat): tasks are
                            // blocks of two key chunks (plan.h key_block), two slots per CTA
+  bool wide_main = false;  // the main kernel is bwd_main_wide (D = 128, wgmma; needs BwdParams::dohat): one key
+                           // chunk per task, one slot per CTA
 };
+// Whether the main kernel reads dO in chunk tiles (BwdParams::dohat, written by bwd_prep): the wgmma ones.
+inline bool main_reads_dohat(const BwdGrid& g) { return g.pair_main || g.wide_main; }
 // The main kernel's slots (BwdParams::slots): one per CTA, one per warpgroup of bwd_main_pair.
 inline int main_slots(const BwdGrid& g) { return g.main_ctas * (g.pair_main ? 2 : 1); }
 template <typename T, int D, bool kGate, bool kDet>

@@ -1,0 +1,326 @@
+// The main backward kernel at D = 128 on wgmma (PATHATTN_BWD_MAIN=mma runs bwd_main.cuh's mma.sync kernel instead):
+// the math and the per-chunk steps of bwd_main.cuh (docs/math.md Eq. 18-23, 33), one task = (key chunk c, kv head
+// h), one CTA = two warpgroups that split every product's columns, so that no value is computed twice:
+//
+//   warpgroup w owns the D-columns 64 w.. of the task's accumulators (dV, E = dK^), of each dQ^_m tile and of the
+//   carried key K~ (phase 1), and the rows 64 w.. of each D x D tile dP_j; of the 64 x 64 logit tile S^T and of dP^T
+//   it computes the query columns 32 w.. (k = D, m64n32), and shares P^T and dS^T through shared memory, from
+//   which both warpgroups read them whole as the A operand of dV += P^T dO and E += dS^T Q^ (k = the 64 queries).
+//
+// Why not the D = 64 kernel's form (bwd_main_pair.cuh: a warpgroup per key chunk, A operands from registers): at
+// D = 128 a warpgroup owning a whole chunk holds dV and E (64 x 128 f32: 128 registers per thread) beside S^T and
+// dP^T (64) and the A fragments of K~ and V (64), past the 255-register limit, and the pair's tiles exceed shared
+// memory. Here every operand that a warpgroup did not compute in its own registers comes from shared memory (wgmma's
+// SS form, wgmma.cuh), the accumulators per thread are 32 + 32 (dV, E) plus 16 + 16 (S^T, dP^T), 32 (the dQ^ tail)
+// or 64 (the dP_j tail), and the work per CTA and step is the same products as one chunk of the mma.sync kernel,
+// which at D = 128 runs one warpgroup of mma.sync per SM (docs/perf/notes.md: its bwd_main is 2x D = 64's at the
+// same FLOPs).
+//
+//   phase 1, m = c+1 .. last: K~_{c,m} (f32 registers, column half) to the CTA's slot and, rounded, to shared
+//     memory; K~ <- K~ + K~ E_m (A = the whole K~ from shared memory, B = E_m's column half)
+//   phase 2, m = last .. c+1, every query head of the group in turn:
+//     S^T, dP^T (query half), softmax backward, P^T and dS^T to shared memory; one CTA barrier; then
+//     dV += P^T dO^, E += dS^T Q^ (column half), dQ^_m = dS K~_{c,m} (column half), one atomic tile (f32)
+//   chain (m > c + 1): E to shared memory, one barrier; dP_{m-1} += E^T K~_{c,m-1} (row half), E <- E + E E_{m-1}^T
+//
+// Loads: Q^, dO^ (bwd_prep's padded chunk tiles), lse2, delta and the gate rows of the next step go by TMA into the
+// other of two stages, issued after the step's barrier (both warpgroups are then done with that stage); the
+// chain's K~_{c,m-1} (the slot) and E_{m-1} at the first step of m. The deterministic mode's turns are taken per
+// warp (bwd_main_pair.cuh warp_wait_turn), 8 warps per task: task c adds to dQ^_m after the m - 1 - c tasks above it
+// and to dP_j after j - 1 - c, in the task list's order (plan.cu: a (sequence, head)'s chunks from the last).
+#pragma once
+
+#include "cuda/kernels/bwd_main_pair.cuh"
+
+namespace pathattn::cuda {
+
+// Shared memory: 24 blocks of 64 x 64 16-bit elements (8 KB, 128-byte swizzle, 1024-byte aligned), a D-wide operand
+// being two blocks (its column halves) and a D x D one four ([row half][column half]):
+//   0-3: K~ buffers x = 0, 1 (blocks 2x, 2x + 1; phase 1: the carried copy in turn; phase 2: K~_{c,m}, K~_{c,m-1})
+//   4-11: stage s = 0, 1: Q^ (4 + 4s, +1), dO^ (+2, +3); in phase 1 each stage holds an E_m instead
+//   12-15: E_{m-1} of the chain step     16, 17: V_c     18, 19: P^T by step parity     20, 21: dS^T by step parity
+//   22, 23: the task's E rounded (chain step)
+// then floats: per stage lse2, delta, query gate, key gate [C] each; the gate's row sums [2 stages][4 warps][C];
+// the gate's column sums [2 warpgroups][group][C]; then 5 mbarriers.
+struct BwdWideSmem {
+  static constexpr int C = kChunk, kTile = C * 64;
+  static constexpr int kK = 0, kStage = 4, kStep = 12, kV = 16, kP = 18, kDS = 20, kE = 22, kBlocks = 24;
+  static constexpr int kFloats = 2 * 4 * C + 2 * 4 * C;
+  static constexpr int bytes(int group, bool gate) {
+    return 1024 + kBlocks * kTile * 2 + (kFloats + (gate ? 2 * group * C : 0)) * 4 + 5 * 8;
+  }
+};
+
+template <typename T, bool kGate, bool kDet>
+__global__ void __launch_bounds__(256, 1)
+    bwd_main_wide_kernel(const BwdParams p, const __grid_constant__ CUtensorMap tm_q,
+                         const __grid_constant__ CUtensorMap tm_do, const __grid_constant__ CUtensorMap tm_step,
+                         const __grid_constant__ CUtensorMap tm_slot) {
+  using namespace fwd_detail;
+  using namespace bwd_detail;
+  using S = BwdWideSmem;
+  using Tag = typename WgmmaTag<T>::type;
+  constexpr int D = 128, C = kChunk;
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t raw_addr = smem_addr(smem_raw);
+  T* sm = reinterpret_cast<T*>(smem_raw + ((1024u - (raw_addr & 1023u)) & 1023u));
+  auto blk = [&](int i) { return sm + i * S::kTile; };
+  auto desc = [&](int i) { return wgmma_desc_sw128(smem_addr(blk(i))); };
+  float* fl = reinterpret_cast<float*>(sm + S::kBlocks * S::kTile);
+  auto sLse2 = [&](int s) { return fl + s * 4 * C; };
+  auto sDelta = [&](int s) { return fl + s * 4 * C + C; };
+  auto sGq = [&](int s) { return fl + s * 4 * C + 2 * C; };
+  auto sGk = [&](int s) { return fl + s * 4 * C + 3 * C; };
+  auto sRow = [&](int s) { return fl + 8 * C + s * 4 * C; };  // [4 warps][C] row sums of dl (kGate)
+  float* sDG0 = fl + 16 * C;                                   // [2][group][C] column sums (kGate)
+  auto sDG = [&](int w) { return sDG0 + w * p.group * C; };
+  const uint32_t bar0 = smem_addr(sDG0 + (kGate ? 2 * p.group * C : 0));
+  // mbarriers: 0, 1 query stages; 2 the chain's K~_{c,m-1} and E_{m-1} (K~_{c,last} at phase 2's start); 3, 4
+  // phase 1's E_m by stage
+  auto bar = [&](int i) { return bar0 + 8 * i; };
+  __shared__ int s_task;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // warp-uniform (no wgmma serialised by ptxas: bwd_main_pair.cuh, C7520)
+  const int wg = __shfl_sync(0xffffffffu, warp / 4, 0);
+  const int row0 = (warp % 4) * 16, r0 = row0 + lane / 4;  // this warp's 16 rows of every 64-row product
+  T* slot = static_cast<T*>(p.slots) + (int64_t)blockIdx.x * p.slot_chunks * C * D;
+  const int slot_row0 = blockIdx.x * p.slot_chunks * C;
+  const T* khat = static_cast<const T*>(p.ws.khat);
+  const T* vin = static_cast<const T*>(p.v);
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 5; ++i) mbar_init(bar(i), 1);
+    mbar_fence_init();
+  }
+  uint32_t phase = 0;  // bit i: parity of barrier i's next completion
+  auto wait_bar = [&](int i) {
+    mbar_wait(bar(i), (phase >> i) & 1);
+    phase ^= 1u << i;
+  };
+  // Issued by thread 0 only. E_chunk (D x D) into the four blocks from b0 ([row half][column half]), on barrier i.
+  auto load_step = [&](int i, int b0, int chunk, int h) {
+    const int erow = (chunk * p.H + h) * D;
+#pragma unroll
+    for (int rb = 0; rb < 2; ++rb)
+#pragma unroll
+      for (int cb = 0; cb < 2; ++cb) tma_load_2d(smem_addr(blk(b0 + 2 * rb + cb)), &tm_step, 64 * cb, erow + 64 * rb, bar(i));
+  };
+  auto issue_step = [&](int i, int b0, int chunk, int h) {
+    mbar_arrive_expect_tx(bar(i), 4 * S::kTile * 2);
+    load_step(i, b0, chunk, h);
+  };
+  auto issue_query = [&](int s, int m, int hq, int gc) {  // stage s <- step (query chunk m, head hq)
+    const int64_t qrow = (int64_t)m * p.HQ + hq;
+    mbar_arrive_expect_tx(bar(s), 4 * S::kTile * 2 + 2 * C * 4 + (kGate ? 2 * C * 4 : 0));
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+      tma_load_2d(smem_addr(blk(S::kStage + 4 * s + x)), &tm_q, 64 * x, static_cast<int>(qrow * C), bar(s));
+      tma_load_2d(smem_addr(blk(S::kStage + 4 * s + 2 + x)), &tm_do, 64 * x, static_cast<int>(qrow * C), bar(s));
+    }
+    bulk_load(smem_addr(sLse2(s)), p.lse2 + qrow * C, C * 4, bar(s));
+    bulk_load(smem_addr(sDelta(s)), p.delta + qrow * C, C * 4, bar(s));
+    if constexpr (kGate) {
+      bulk_load(smem_addr(sGq(s)), p.ws.gl + qrow * C, C * 4, bar(s));
+      bulk_load(smem_addr(sGk(s)), p.ws.gl + ((int64_t)gc * p.HQ + hq) * C, C * 4, bar(s));
+    }
+  };
+  // K~_{c,m} (the slot) into K~ buffer x, with E_m into the chain's blocks when `step`, on barrier 2.
+  auto issue_ktile = [&](int x, int m, int gc, int h, bool step) {
+    mbar_arrive_expect_tx(bar(2), (step ? 6 : 2) * S::kTile * 2);
+#pragma unroll
+    for (int cb = 0; cb < 2; ++cb)
+      tma_load_2d(smem_addr(blk(S::kK + 2 * x + cb)), &tm_slot, 64 * cb, slot_row0 + (m - gc - 1) * C, bar(2));
+    if (step) load_step(2, S::kStep, m, h);
+  };
+  __syncthreads();
+
+  for (;;) {
+    const int task = take_task(p, s_task);
+    if (task < 0) break;
+    const int gc = task / p.H, h = task % p.H;
+    const ChunkInfo ci = p.chunks[gc];
+    const int last = ci.last;
+    const int64_t fac = (int64_t)gc * p.H + h;
+
+    // V_c into its two blocks (rows past the chunk's end zero), the first E step, K^_c's column half in f32.
+    load_tile<T, D, true>(blk(S::kV), 64, vin + ci.b * p.sv.b + (int64_t)ci.t0 * p.sv.t + h * p.sv.h, p.sv.t, ci.len);
+    cp_async_commit();
+    if (threadIdx.x == 0 && gc + 1 < last) {
+      fence_proxy_async_smem();  // the previous task's reads of stage 0, before the copy engine's writes
+      issue_step(3, S::kStage, gc + 1, h);
+    }
+    if constexpr (kGate)
+      for (int i = threadIdx.x; i < 2 * p.group * C; i += blockDim.x) sDG0[i] = 0.f;
+    float kc[8][4];
+    load_acc<T, 8>(kc, khat + fac * C * D + 64 * wg, D, row0);
+    cp_async_wait<0>();
+    fence_proxy_async_smem();  // V, written by cp.async, is read by wgmma (the async proxy)
+
+    // ---- Phase 1: carry K^_c to every later chunk start, keeping each copy in the slot (Eq. 18, 32).
+    for (int m = gc + 1; m <= last; ++m) {
+      store_acc<T, 8>(kc, slot + (int64_t)(m - gc - 1) * C * D + 64 * wg, D, row0);
+      if (m == last) break;
+      const int b = (m - gc - 1) & 1;
+      store_acc_swz<T, 8>(kc, blk(S::kK + 2 * b + wg), row0, 0);
+      fence_proxy_async_smem();
+      __syncthreads();  // K~ buffer b whole; both warpgroups done with step m - 1 (its E stage and K~ buffer)
+      if (threadIdx.x == 0 && m + 1 < last) {
+        fence_proxy_async_smem();
+        issue_step(3 + (b ^ 1), S::kStage + 4 * (b ^ 1), m + 1, h);
+      }
+      wait_bar(3 + b);
+      // K~[:, half] += K~ E_m[:, half]: A = K~ (K-major, k = d over both halves), B(k, n) = E_m[k][n] (MN-major)
+      wgmma_fence_operand(kc);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk)
+        wgmma_m64n64k16_ss<0, 1>(kc, desc(S::kK + 2 * b + kk / 4) + 2 * (kk % 4),
+                                 desc(S::kStage + 4 * b + 2 * (kk / 4) + wg) + 128 * (kk % 4), 1, Tag{});
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operand(kc);
+    }
+    // The slot's rows were written by ordinary stores; the copy engine reads them next (phase 2).
+    fence_proxy_async_global();
+    __syncthreads();
+
+    // ---- Phase 2: query chunks from the last back to c + 1, every query head of the group in turn.
+    float e_acc[8][4], dv_acc[8][4];
+    zero(e_acc);
+    zero(dv_acc);
+    int kt = 0;  // K~ buffer holding K~_{c,m}
+    if (threadIdx.x == 0 && last > gc) {  // (a sequence's last chunk has no later query chunk: no phase 2)
+      fence_proxy_async_smem();
+      issue_ktile(0, last, gc, h, false);
+      issue_query(0, last, h * p.group, gc);
+    }
+    int it = 0;  // (query chunk, head) steps so far: the stage and the P^T / dS^T buffer are it & 1
+    for (int m = last; m > gc; --m) {
+      const ChunkInfo cm = p.chunks[m];
+      if (m == last) {
+        wait_bar(2);
+        __syncthreads();  // every thread has seen this completion before barrier 2 is armed again
+      }
+      for (int j = 0; j < p.group; ++j, ++it) {
+        const int st = it & 1;
+        const int hq = h * p.group + j;
+        const int64_t qrow = (int64_t)m * p.HQ + hq;
+        const int bq = S::kStage + 4 * st, bdo = bq + 2;
+        float gdelta = 0.f;  // G_i - G_j = (goff_m - goff_c) + gl_i - gl_j, the large offsets subtracted in f64
+        if constexpr (kGate) gdelta = static_cast<float>(p.ws.goff[qrow] - p.ws.goff[(int64_t)gc * p.HQ + hq]);
+        wait_bar(st);
+        // S^T = K~ Q^^T and dP^T = V dO^T for this warpgroup's 32 queries (B rows 32 wg..: +4096 bytes), k = D.
+        float s[4][4], dp[4][4];
+        wgmma_fence_operand(s);
+        wgmma_fence_operand(dp);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk)
+          wgmma_m64n32k16_ss<0, 0>(s, desc(S::kK + 2 * kt + kk / 4) + 2 * (kk % 4), desc(bq + kk / 4) + 256 * wg + 2 * (kk % 4),
+                                   kk > 0, Tag{});
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk)
+          wgmma_m64n32k16_ss<0, 0>(dp, desc(S::kV + kk / 4) + 2 * (kk % 4), desc(bdo + kk / 4) + 256 * wg + 2 * (kk % 4),
+                                   kk > 0, Tag{});
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operand(s);
+        wgmma_fence_operand(dp);
+        float colsum[2];  // this thread's key rows: sum over this warpgroup's queries of dl
+        softmax_backward<kGate>(s, dp, p.scale_log2, sLse2(st) + 32 * wg, sDelta(st) + 32 * wg, sGq(st) + 32 * wg,
+                                sGk(st), gdelta, r0, colsum);
+        store_acc_swz<T, 4>(s, blk(S::kP + st), row0, 32 * wg);
+        store_acc_swz<T, 4>(dp, blk(S::kDS + st), row0, 32 * wg, p.scale);
+        if constexpr (kGate) gate_tile_sums(colsum, dp, sDG(wg) + j * C, sRow(st) + 32 * wg, r0, warp % 4);
+        fence_proxy_async_smem();
+        __syncthreads();  // P^T and dS^T whole; both warpgroups done with the previous step (stage st ^ 1)
+        if (threadIdx.x == 0) {
+          fence_proxy_async_smem();
+          if (j + 1 < p.group)
+            issue_query(st ^ 1, m, hq + 1, gc);
+          else if (m - 1 > gc)
+            issue_query(st ^ 1, m - 1, h * p.group, gc);
+          // the chain's K~_{c,m-1} and E_{m-1}: their blocks were last read by the chain step of m + 1
+          if (j == 0 && m - 1 > gc) issue_ktile(kt ^ 1, m - 1, gc, h, true);
+        }
+        // dV += P^T dO^ (Eq. 5), E += dS^T Q^ (Eq. 21): A K-major (k = the queries), B MN-major, column half;
+        // dQ^_m = dS K~_{c,m} (Eq. 21): A(query, key) = dS^T[key][query] (MN-major), B = K~'s column half.
+        float dq[8][4];
+        wgmma_fence_operand(dv_acc);
+        wgmma_fence_operand(e_acc);
+        wgmma_fence_operand(dq);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          wgmma_m64n64k16_ss<0, 1>(dv_acc, desc(S::kP + st) + 2 * kk, desc(bdo + wg) + 128 * kk, 1, Tag{});
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          wgmma_m64n64k16_ss<0, 1>(e_acc, desc(S::kDS + st) + 2 * kk, desc(bq + wg) + 128 * kk, 1, Tag{});
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          wgmma_m64n64k16_ss<1, 1>(dq, desc(S::kDS + st) + 128 * kk, desc(S::kK + 2 * kt + wg) + 128 * kk, kk > 0, Tag{});
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operand(dv_acc);
+        wgmma_fence_operand(e_acc);
+        wgmma_fence_operand(dq);
+        if constexpr (kDet) warp_wait_turn(p.count_q + qrow, m - 1 - gc, 8);
+        if constexpr (kGate)
+          if (wg == 0) add_gate_rows(p.dgrow + qrow * C, sRow(st), cm.len);  // threads < len: warps 0, 1
+        atomic_add_acc<8>(dq, p.dqacc + qrow * C * D + 64 * wg, D, row0, cm.len);
+        if constexpr (kDet) warp_pass_turn(p.count_q + qrow);
+      }
+
+      if (m > gc + 1) {
+        // Back through K~_{c,m} = K~_{c,m-1} P_{m-1}^T (Eq. 33): dP_{m-1} += E^T K~_{c,m-1}, E <- E P_{m-1}.
+        const int jc = m - 1;
+        store_acc_swz<T, 8>(e_acc, blk(S::kE + wg), row0, 0);
+        fence_proxy_async_smem();
+        wait_bar(2);      // K~_{c,m-1}, E_{m-1}
+        __syncthreads();  // both halves of E in shared memory
+        // dP_{m-1}, rows d = 64 wg..: A(d, key) = E[key][d] (MN-major, E's half wg), B(key, d') = K~_{c,m-1}
+        // (MN-major, both halves into the accumulator's two 64-column halves)
+        float dpj[16][4];
+        wgmma_fence_operand(dpj);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          wgmma_m64n64k16_ss<1, 1, 0>(dpj, desc(S::kE + wg) + 128 * kk, desc(S::kK + 2 * (kt ^ 1)) + 128 * kk, kk > 0, Tag{});
+          wgmma_m64n64k16_ss<1, 1, 8>(dpj, desc(S::kE + wg) + 128 * kk, desc(S::kK + 2 * (kt ^ 1) + 1) + 128 * kk, kk > 0,
+                                      Tag{});
+        }
+        wgmma_commit();
+        // E[:, half] += E E_{m-1}^T[:, half]: A = E (K-major, k = d over both halves), B(k = d, n = d'') =
+        // E_{m-1}[d''][d] (K-major: E_{m-1}'s row half wg)
+        wgmma_fence_operand(e_acc);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk)
+          wgmma_m64n64k16_ss<0, 0>(e_acc, desc(S::kE + kk / 4) + 2 * (kk % 4), desc(S::kStep + 2 * wg + kk / 4) + 2 * (kk % 4),
+                                   1, Tag{});
+        wgmma_commit();
+        wgmma_wait<1>();  // dP_j's products are done; E's may still run
+        wgmma_fence_operand(dpj);
+        int* count = p.count_p + (int64_t)jc * p.H + h;
+        if constexpr (kDet) warp_wait_turn(count, jc - 1 - gc, 8);
+        atomic_add_acc<16>(dpj, p.dpacc + ((int64_t)jc * p.H + h) * D * D + (int64_t)64 * wg * D, D, row0, 64);
+        if constexpr (kDet) warp_pass_turn(count);
+        wgmma_wait<0>();
+        wgmma_fence_operand(e_acc);
+        kt ^= 1;  // K~_{c,m-1} is the next step's K~_{c,m}
+      }
+    }
+
+    // ---- The task's own gradients (zero when no query chunk follows c): dK^_c = E, dV_c, column halves.
+    if constexpr (kGate) __syncthreads();  // the column sums were written by other threads
+    store_acc_f32<8>(e_acc, p.dkacc + fac * C * D + 64 * wg, D, row0);
+    store_acc_f32<8>(dv_acc, p.dvacc + fac * C * D + 64 * wg, D, row0);
+    if constexpr (kGate)
+      for (int i = threadIdx.x; i < p.group * C; i += blockDim.x)  // the two warpgroups' query halves, in order
+        p.dgacc[((int64_t)gc * p.HQ + h * p.group + i / C) * C + i % C] = sDG(0)[i] + sDG(1)[i];
+  }
+}
+
+}  // namespace pathattn::cuda
