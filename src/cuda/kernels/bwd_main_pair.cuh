@@ -120,10 +120,9 @@ __global__ void __launch_bounds__(256, 1)
   auto sRow = [&](int s) { return fl + 10 * C + s * 8 * C; };  // [8 warps][C] row sums of dl (kGate)
   float* sDG0 = fl + 26 * C;                                    // [2][group][C] gate column sums (kGate)
   auto sDG = [&](int w) { return sDG0 + w * p.group * C; };
-  const uint32_t bar0 = smem_addr(sDG0 + (kGate ? 2 * p.group * C : 0));
+  MbarSet bar(smem_addr(sDG0 + (kGate ? 2 * p.group * C : 0)));
   // mbarriers: 0, 1 query stages; 2 chain (both K~_{.,m-1} and E_{m-1}; the K~_{.,last} at phase 2's start);
   // 3, 4 phase 1 steps
-  auto bar = [&](int i) { return bar0 + 8 * i; };
   __shared__ int s_task;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -136,15 +135,7 @@ __global__ void __launch_bounds__(256, 1)
   const T* khat = static_cast<const T*>(p.ws.khat);
   const T* vin = static_cast<const T*>(p.v);
 
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < 5; ++i) mbar_init(bar(i), 1);
-    mbar_fence_init();
-  }
-  uint32_t phase = 0;  // bit i: parity of barrier i's next completion
-  auto wait_bar = [&](int i) {
-    mbar_wait(bar(i), (phase >> i) & 1);
-    phase ^= 1u << i;
-  };
+  bar.init(5);
   // Issued by thread 0 only.
   auto issue_step = [&](int i, int dst_tile, int chunk, int h) {  // E_chunk (D x D) into a tile
     mbar_arrive_expect_tx(bar(i), S::kTile * 2);
@@ -210,7 +201,7 @@ __global__ void __launch_bounds__(256, 1)
         fence_proxy_async_smem();
         issue_step(3 + (b ^ 1), 8 + (b ^ 1), m + 1, h);
       }
-      wait_bar(3 + b);
+      bar.wait(3 + b);
       if (mine && m > myc) {
         uint32_t ka[KD][4];
         to_a_frags<T, NT>(kc, ka, 1.f);
@@ -256,7 +247,7 @@ __global__ void __launch_bounds__(256, 1)
       const bool active = wg == 0 || act1;         // this warpgroup
       const int ebuf = (last - m) & 1;             // the chain's E_{m-1} tile: 8 + ebuf
       if (m == last) {
-        wait_bar(2);
+        bar.wait(2);
         // Every thread has seen this completion before the producer arms barrier 2 again (below, at j = 0): a
         // thread that looked only after the next completion would find the parity it waits for gone.
         __syncthreads();
@@ -281,7 +272,7 @@ __global__ void __launch_bounds__(256, 1)
         float gdelta = 0.f;  // G_i - G_j = (goff_m - goff_c) + gl_i - gl_j, the large offsets subtracted in f64
         if constexpr (kGate)
           if (active) gdelta = static_cast<float>(p.ws.goff[qrow] - p.ws.goff[(int64_t)myc * p.HQ + hq]);
-        wait_bar(st);
+        bar.wait(st);
         const T* sQ = tile(4 + 2 * st);
         const T* sdO = tile(5 + 2 * st);
         if (active) {
@@ -356,7 +347,7 @@ __global__ void __launch_bounds__(256, 1)
         const int jc = m - 1;
         const bool chain1 = has1 && jc > gc + 1;  // warpgroup 1's chunk is below m - 1 (else its E is final)
         store_acc<T, NT>(e_acc, sEs(wg), LDP, row0);
-        wait_bar(2);
+        bar.wait(2);
         __syncthreads();  // both E complete in shared memory
         const bool update = wg == 0 || chain1;
         const int owner = (it - 1) & 1;  // ran the last step's tail (the other issues the next step's copies)

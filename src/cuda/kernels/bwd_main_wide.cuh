@@ -75,10 +75,9 @@ __global__ void __launch_bounds__(256, 1)
   auto sRow = [&](int s) { return fl + 8 * C + s * 4 * C; };  // [4 warps][C] row sums of dl (kGate)
   float* sDG0 = fl + 16 * C;                                   // [2][group][C] column sums (kGate)
   auto sDG = [&](int w) { return sDG0 + w * p.group * C; };
-  const uint32_t bar0 = smem_addr(sDG0 + (kGate ? 2 * p.group * C : 0));
+  MbarSet bar(smem_addr(sDG0 + (kGate ? 2 * p.group * C : 0)));
   // mbarriers: 0, 1 query stages; 2 the chain's K~_{c,m-1} and E_{m-1} (K~_{c,last} at phase 2's start); 3, 4
   // phase 1's E_m by stage
-  auto bar = [&](int i) { return bar0 + 8 * i; };
   __shared__ int s_task;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -90,15 +89,7 @@ __global__ void __launch_bounds__(256, 1)
   const T* khat = static_cast<const T*>(p.ws.khat);
   const T* vin = static_cast<const T*>(p.v);
 
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < 5; ++i) mbar_init(bar(i), 1);
-    mbar_fence_init();
-  }
-  uint32_t phase = 0;  // bit i: parity of barrier i's next completion
-  auto wait_bar = [&](int i) {
-    mbar_wait(bar(i), (phase >> i) & 1);
-    phase ^= 1u << i;
-  };
+  bar.init(5);
   // Issued by thread 0 only. E_chunk (D x D) into the four blocks from b0 ([row half][column half]), on barrier i.
   auto load_step = [&](int i, int b0, int chunk, int h) {
     const int erow = (chunk * p.H + h) * D;
@@ -170,7 +161,7 @@ __global__ void __launch_bounds__(256, 1)
         fence_proxy_async_smem();
         issue_step(3 + (b ^ 1), S::kStage + 4 * (b ^ 1), m + 1, h);
       }
-      wait_bar(3 + b);
+      bar.wait(3 + b);
       // K~[:, half] += K~ E_m[:, half]: A = K~ (K-major, k = d over both halves), B(k, n) = E_m[k][n] (MN-major)
       wgmma_fence_operand(kc);
       wgmma_fence();
@@ -200,7 +191,7 @@ __global__ void __launch_bounds__(256, 1)
     for (int m = last; m > gc; --m) {
       const ChunkInfo cm = p.chunks[m];
       if (m == last) {
-        wait_bar(2);
+        bar.wait(2);
         __syncthreads();  // every thread has seen this completion before barrier 2 is armed again
       }
       for (int j = 0; j < p.group; ++j, ++it) {
@@ -210,7 +201,7 @@ __global__ void __launch_bounds__(256, 1)
         const int bq = S::kStage + 4 * st, bdo = bq + 2;
         float gdelta = 0.f;  // G_i - G_j = (goff_m - goff_c) + gl_i - gl_j, the large offsets subtracted in f64
         if constexpr (kGate) gdelta = static_cast<float>(p.ws.goff[qrow] - p.ws.goff[(int64_t)gc * p.HQ + hq]);
-        wait_bar(st);
+        bar.wait(st);
         // S^T = K~ Q^^T and dP^T = V dO^T for this warpgroup's 32 queries (B rows 32 wg..: +4096 bytes), k = D.
         float s[4][4], dp[4][4];
         wgmma_fence_operand(s);
@@ -278,7 +269,7 @@ __global__ void __launch_bounds__(256, 1)
         const int jc = m - 1;
         store_acc_swz<T, 8>(e_acc, blk(S::kE + wg), row0, 0);
         fence_proxy_async_smem();
-        wait_bar(2);      // K~_{c,m-1}, E_{m-1}
+        bar.wait(2);      // K~_{c,m-1}, E_{m-1}
         __syncthreads();  // both halves of E in shared memory
         // dP_{m-1}, rows d = 64 wg..: A(d, key) = E[key][d] (MN-major, E's half wg), B(key, d') = K~_{c,m-1}
         // (MN-major, both halves into the accumulator's two 64-column halves)

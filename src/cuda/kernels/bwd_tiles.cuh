@@ -36,31 +36,30 @@ __device__ __forceinline__ void load_a_t(uint32_t (&a)[KB][4], const T* s, int l
   for (int kk = 0; kk < KB; ++kk) ldsm_x4_t(a[kk], smem_addr(s + (kk * 16 + k) * ld + i));
 }
 
-// acc (rows row0 + g, + 8; NT column tiles of 8) times `scale`, rounded to T, into a row-major tile.
-template <typename T, int NT>
-__device__ __forceinline__ void store_acc(const float (&acc)[NT][4], T* s, int64_t ld, int row0, float scale = 1.f) {
+// acc (rows row0 + g, + 8; NT column tiles of 8) times `scale`, rounded to T, each pair of columns (col, col + 1) at
+// at(row, col): the layouts below.
+template <typename T, int NT, typename At>
+__device__ __forceinline__ void store_acc_at(const float (&acc)[NT][4], At at, int row0, float scale) {
   const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
 #pragma unroll
   for (int half = 0; half < 2; ++half)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
-      *reinterpret_cast<uint32_t*>(s + (row0 + g + 8 * half) * ld + nt * 8 + 2 * t4) =
+      *reinterpret_cast<uint32_t*>(at(row0 + g + 8 * half, nt * 8 + 2 * t4)) =
           TypeTraits<T>::pack(scale * acc[nt][2 * half], scale * acc[nt][2 * half + 1]);
 }
-
-// The same into one 128-byte-swizzled 64 x 64 tile (what TMA writes and wgmma reads: fwd_tiles.cuh swz at ld 64),
-// the accumulator's columns landing at col0 + 8 nt + ...; a wgmma reads the tile next only after the writers'
+// ... into a row-major tile of row length ld.
+template <typename T, int NT>
+__device__ __forceinline__ void store_acc(const float (&acc)[NT][4], T* s, int64_t ld, int row0, float scale = 1.f) {
+  store_acc_at<T>(acc, [&](int r, int c) { return s + r * ld + c; }, row0, scale);
+}
+// ... into one 128-byte-swizzled 64 x 64 tile (what TMA writes and wgmma reads: fwd_tiles.cuh swz at ld 64), the
+// accumulator's columns landing at col0 + ...; a wgmma reads the tile next only after the writers'
 // fence.proxy.async and a barrier.
 template <typename T, int NT>
 __device__ __forceinline__ void store_acc_swz(const float (&acc)[NT][4], T* tile, int row0, int col0, float scale = 1.f) {
   static_assert(NT <= 8, "one 64-column tile");
-  const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
-#pragma unroll
-  for (int half = 0; half < 2; ++half)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-      *reinterpret_cast<uint32_t*>(tile + fwd_detail::swz<true>(row0 + g + 8 * half, col0 + nt * 8 + 2 * t4, 64)) =
-          TypeTraits<T>::pack(scale * acc[nt][2 * half], scale * acc[nt][2 * half + 1]);
+  store_acc_at<T>(acc, [&](int r, int c) { return tile + fwd_detail::swz<true>(r, col0 + c, 64); }, row0, scale);
 }
 
 // The same in f32 (plain stores: the caller owns the rows).

@@ -32,6 +32,27 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   } while (!done);
 }
 
+// A kernel's mbarriers at consecutive 8-byte slots from `base` (a shared-window address), each completed by one
+// arrival (the issuing thread's expect_tx) and its copies' bytes, and the parity this thread waits for next at each
+// (bit i: barrier i; every thread waits for every completion, so the bits stay in step).
+struct MbarSet {
+  uint32_t base;
+  uint32_t phase = 0;
+  __device__ __forceinline__ explicit MbarSet(uint32_t b) : base(b) {}
+  __device__ __forceinline__ uint32_t operator()(int i) const { return base + 8 * i; }
+  // By thread 0; a __syncthreads must follow before any use.
+  __device__ __forceinline__ void init(int n) const {
+    if (threadIdx.x == 0) {
+      for (int i = 0; i < n; ++i) mbar_init(base + 8 * i, 1);
+      mbar_fence_init();
+    }
+  }
+  __device__ __forceinline__ void wait(int i) {
+    mbar_wait(base + 8 * i, (phase >> i) & 1);
+    phase ^= 1u << i;
+  }
+};
+
 // Tile at coordinates (x innermost, then y) of a 2-D tensor map into shared memory at dst.
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar) {
   asm volatile(
