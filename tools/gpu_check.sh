@@ -46,7 +46,8 @@
 #          (PATHATTN_BWD_TIMING_SKIP 16 / 32 / 64 / 128 / 256, params.h; wrong gradients), and ncu on one bwd_local
 #          launch (NCU_SHAPE, default 8,4096,32,64) with its stall samples per instruction (tools/ncu_source_top.py:
 #          by opcode and the most-sampled SASS and CUDA lines)
-#   wide:  the D = 128 wgmma main backward kernel (PATHATTN_BWD_MAIN=wide, bwd_main_wide.cuh, docs/perf/notes.md v13)
+#   wide:  the D = 128 wgmma main backward kernel (the default since the nineteenth session; PATHATTN_BWD_MAIN=wide is
+#          any value but mma, i.e. the default; bwd_main_wide.cuh, docs/perf/notes.md v13)
 #          beside the mma.sync one: test_cuda_backward's D = 128 cases and the determinism test with it in both modes
 #          (PATHATTN_TEST_BWD_FAST=1: the fast mode's instances), memcheck + racecheck on two small D = 128 cases,
 #          bench_fwd --bwd --only 128 with each main kernel (stage times)

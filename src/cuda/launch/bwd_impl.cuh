@@ -37,18 +37,14 @@ inline int resident(K kernel, int threads, int bytes, const char* name) {
 }
 
 // The main kernel: at D = 64 the two-key-chunk wgmma kernel (bwd_main_pair.cuh: bwd_main det / fast 56.2 / 35.0 ms
-// at 32 x 4096 against the mma.sync kernel's ~75 / ~57, docs/perf/notes.md v4, v10, v11) unless
-// PATHATTN_BWD_MAIN=mma asks for the mma.sync one (bwd_main.cuh), for side-by-side timing; at D = 128 the mma.sync
-// kernel, or the column-split wgmma kernel (bwd_main_wide.cuh, notes.md v13) with PATHATTN_BWD_MAIN=wide until it has
-// run on the GPU. D = 128 also runs the mma.sync kernel where the wgmma one's shared memory (which grows with the
-// gate's per-head column sums) does not fit the device.
+// at 32 x 4096 against the mma.sync kernel's ~75 / ~57, docs/perf/notes.md v4, v10, v11), at D = 128 the
+// column-split wgmma kernel (bwd_main_wide.cuh, notes.md v13: on an H100, 131.8 / 96.3 -> 120.1 / 78.1 ms at
+// 32 x 4096, H 16), unless PATHATTN_BWD_MAIN=mma asks for the mma.sync one (bwd_main.cuh) at both D, for
+// side-by-side timing. D = 128 also runs the mma.sync kernel where the wgmma one's shared memory (which grows with
+// the gate's per-head column sums) does not fit the device.
 inline bool mma_main_forced() {
   const char* e = std::getenv("PATHATTN_BWD_MAIN");
   return e && std::strcmp(e, "mma") == 0;
-}
-inline bool wide_main_asked() {
-  const char* e = std::getenv("PATHATTN_BWD_MAIN");
-  return e && std::strcmp(e, "wide") == 0;
 }
 inline bool fits_smem(int bytes) {
   int dev = 0, most = 0;
@@ -94,7 +90,7 @@ BwdGrid bwd_grid(int group) {
   BwdGrid g;
   const bool wgmma = !bwd_launch_detail::mma_main_forced();
   g.pair_main = D == 64 && wgmma;
-  g.wide_main = D == 128 && bwd_launch_detail::wide_main_asked() && bwd_launch_detail::fits_smem(BwdWideSmem::bytes(group, kGate));
+  g.wide_main = D == 128 && wgmma && bwd_launch_detail::fits_smem(BwdWideSmem::bytes(group, kGate));
   if constexpr (D == 64) {  // (each D's TU compiles its own wgmma kernel only)
     if (g.pair_main)
       g.main_ctas = bwd_launch_detail::resident(bwd_main_pair_kernel<T, kGate, kDet>, 256, BwdPairSmem::bytes(group, kGate),
