@@ -46,8 +46,8 @@
 #          (PATHATTN_BWD_TIMING_SKIP 16 / 32 / 64 / 128 / 256, params.h; wrong gradients), and ncu on one bwd_local
 #          launch (NCU_SHAPE, default 8,4096,32,64) with its stall samples per instruction (tools/ncu_source_top.py:
 #          by opcode and the most-sampled SASS and CUDA lines)
-#   wide:  the D = 128 wgmma main backward kernel (the default since the nineteenth session; PATHATTN_BWD_MAIN=wide is
-#          any value but mma, i.e. the default; bwd_main_wide.cuh, docs/perf/notes.md v13)
+#   wide:  the D = 128 wgmma main backward kernel (the default since the nineteenth session; bwd_main_wide.cuh,
+#          docs/perf/notes.md v13)
 #          beside the mma.sync one: test_cuda_backward's D = 128 cases and the determinism test with it in both modes
 #          (PATHATTN_TEST_BWD_FAST=1: the fast mode's instances), memcheck + racecheck on two small D = 128 cases,
 #          bench_fwd --bwd --only 128 with each main kernel (stage times)
@@ -417,14 +417,14 @@ fi
 if [ "$MODE" = wide ]; then
   # The D = 128 wgmma main kernel beside the mma.sync one (a hang shows as a timeout: 200 s per test run).
   WIDE_CASES='*D128*:CudaBackwardDeterminism.*'
-  PATHATTN_BWD_MAIN=wide BWD_TEST_TIMEOUT=200 tests_bwd wide --gtest_filter="$WIDE_CASES"
-  PATHATTN_BWD_MAIN=wide PATHATTN_TEST_BWD_FAST=1 BWD_TEST_TIMEOUT=200 tests_bwd wide_fast --gtest_filter="$WIDE_CASES"
-  PATHATTN_BWD_MAIN=wide sanitize wide build-gpu/tests/cuda/test_cuda_backward \
+  BWD_TEST_TIMEOUT=200 tests_bwd wide --gtest_filter="$WIDE_CASES"
+  PATHATTN_TEST_BWD_FAST=1 BWD_TEST_TIMEOUT=200 tests_bwd wide_fast --gtest_filter="$WIDE_CASES"
+  sanitize wide build-gpu/tests/cuda/test_cuda_backward \
     '*B2_T65_H2_HQ2_D128_DV128_betauniform_f16:*B1_T97_H2_HQ4_D128_DV128*gate*' 240
-  for main in mma wide; do
-    PATHATTN_BWD_MAIN=$main PATHATTN_CUDA_PROFILE=1 timeout 240 build-gpu/bench/cuda/bench_fwd --bwd --only 128 --iters 5 \
+  for main in mma wide; do  # wide: the default (PATHATTN_BWD_MAIN unset)
+    PATHATTN_BWD_MAIN=${main/wide/} PATHATTN_CUDA_PROFILE=1 timeout 240 build-gpu/bench/cuda/bench_fwd --bwd --only 128 --iters 5 \
       > "$OUT/bench_main_$main.log" 2>&1
-    note "bench_fwd --bwd --only 128, PATHATTN_BWD_MAIN=$main: rc=$?"
+    note "bench_fwd --bwd --only 128, main kernel $main: rc=$?"
     grep -E '^ +B|^ +[0-9]' "$OUT/bench_main_$main.log" | tee -a "$SUMMARY"
     python3 tools/bench_stages.py "$OUT/bench_main_$main.log" | tee -a "$SUMMARY"
   done
