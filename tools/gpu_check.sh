@@ -39,10 +39,8 @@
 #          test_cuda_backward with each (every case's error ratios in errors_bwd_{3x,tf32}.log, the worst per
 #          gradient in the summary), memcheck on small cases with tf32, bench_fwd --bwd with stage times for each,
 #          and ncu (scheduler and warp-state sections) on one bwd_local launch of each (NCU_SHAPE, default 8,4096,32,64)
-#   localprof: the chunk-local backward's kLean instances (PATHATTN_BWD_LOCAL_LEAN=1, docs/perf/notes.md v12) beside
-#          the default: test_cuda_backward with each, memcheck + racecheck on small cases with kLean (SKIP_TESTS=1
-#          skips these), bench_fwd --bwd with stage times for each, then where kLean's bwd_local time goes:
-#          bench_fwd --bwd at LOCAL_SHAPE (default 32,4096,32,64) with each of its stages left out
+#   localprof: where the chunk-local backward's time goes (bwd_local.cuh, docs/perf/notes.md v12): bench_fwd --bwd
+#          with stage times, then at LOCAL_SHAPE (default 32,4096,32,64) with each of its stages left out
 #          (PATHATTN_BWD_TIMING_SKIP 16 / 32 / 64 / 128 / 256, params.h; wrong gradients), and ncu on one bwd_local
 #          launch (NCU_SHAPE, default 8,4096,32,64) with its stall samples per instruction (tools/ncu_source_top.py:
 #          by opcode and the most-sampled SASS and CUDA lines)
@@ -385,28 +383,20 @@ if [ "$MODE" = local ]; then
   fi
 fi
 if [ "$MODE" = localprof ]; then
-  # The kLean instances (PATHATTN_BWD_LOCAL_LEAN=1, docs/perf/notes.md v12) beside the default in one run.
-  if [ "${SKIP_TESTS:-0}" != 1 ]; then
-    tests_bwd local_default --gtest_filter=-Long/*
-    PATHATTN_BWD_LOCAL_LEAN=1 tests_bwd local_lean
-    PATHATTN_BWD_LOCAL_LEAN=1 sanitize local_lean build-gpu/tests/cuda/test_cuda_backward "$SMALL_BWD64:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16" 300
-  fi
-  for lean in 0 1; do
-    PATHATTN_BWD_LOCAL_LEAN=$lean PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --iters 5 > "$OUT/bench_local_$lean.log" 2>&1
-    note "bench_fwd --bwd, PATHATTN_BWD_LOCAL_LEAN=$lean: rc=$?"
-    grep -E '^ +B|^ +[0-9]' "$OUT/bench_local_$lean.log" | tee -a "$SUMMARY"
-    python3 tools/bench_stages.py "$OUT/bench_local_$lean.log" | tee -a "$SUMMARY"
-  done
+  PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --iters 5 > "$OUT/bench_local.log" 2>&1
+  note "bench_fwd --bwd: rc=$?"
+  grep -E '^ +B|^ +[0-9]' "$OUT/bench_local.log" | tee -a "$SUMMARY"
+  python3 tools/bench_stages.py "$OUT/bench_local.log" | tee -a "$SUMMARY"
   for skip in 0 16 32 64 128 256; do
-    PATHATTN_BWD_LOCAL_LEAN=1 PATHATTN_BWD_TIMING_SKIP=$skip PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --iters 5 \
+    PATHATTN_BWD_TIMING_SKIP=$skip PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --iters 5 \
       --shape ${LOCAL_SHAPE:-32,4096,32,64} > "$OUT/bench_skip.log" 2>&1
-    note "lean, timing skip $skip: bwd det/fast ms $(grep -E '^ +[0-9]' "$OUT/bench_skip.log" | awk '{print $9, $10}') |$(python3 tools/bench_stages.py "$OUT/bench_skip.log" | tail -1 | cut -d'|' -f3-)"
+    note "timing skip $skip: bwd det/fast ms $(grep -E '^ +[0-9]' "$OUT/bench_skip.log" | awk '{print $9, $10}') |$(python3 tools/bench_stages.py "$OUT/bench_skip.log" | tail -1 | cut -d'|' -f3-)"
   done
   t0=$(date +%s)
-  PATHATTN_BWD_LOCAL_LEAN=1 timeout 300 ncu --clock-control none -k "regex:bwd_local" --launch-skip 1 --launch-count 1 --import-source yes \
+  timeout 300 ncu --clock-control none -k "regex:bwd_local" --launch-skip 1 --launch-count 1 --import-source yes \
     --section WarpStateStats --section SchedulerStats --section SourceCounters --section SpeedOfLight \
     -o "$OUT/local" -f build-gpu/bench/cuda/bench_fwd --bwd --iters 1 --shape ${NCU_SHAPE:-8,4096,32,64} > "$OUT/ncu_local.log" 2>&1
-  note "ncu bwd_local (lean): rc=$? ($(( $(date +%s) - t0 )) s)"
+  note "ncu bwd_local: rc=$? ($(( $(date +%s) - t0 )) s)"
   ncu --import "$OUT/local.ncu-rep" --print-summary none | grep -E "Duration|Issued Ipc|No Eligible|Stall|Warp Cycles Per Issued" | head -30 | tee -a "$SUMMARY"
   for src in sass cuda; do
     ncu --import "$OUT/local.ncu-rep" --page source --csv --print-source $src > "$OUT/source_$src.csv" 2> "$OUT/source_$src.err"

@@ -225,35 +225,6 @@ TEST(CudaBackwardDeterminism, BitwiseRepeatable) {
   }
 }
 
-// The chunk-local kernel's kLean instances (PATHATTN_BWD_LOCAL_LEAN=1, docs/perf/notes.md v12) do the default
-// instances' arithmetic with fewer conversions and memory waits: the same bits in every gradient, for bf16 (plain
-// TF32 products, the pre-rounded tiles) at D = 64 and 128 and f16 (3xTF32), with the gate, GQA and a partial chunk.
-TEST(CudaBackwardLean, SameBitsAsDefault) {
-  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
-  const char* was = std::getenv("PATHATTN_BWD_LOCAL_LEAN");  // restored at the end: the process may run with it set
-  const std::string saved = was ? was : "";
-  for (const GpuSpec& gs : {GpuSpec{{.B = 2, .T = 1000, .H = 2, .HQ = 8, .D = 64, .DV = 64, .gate = true, .seed = 31}, DType::bf16},
-                            GpuSpec{{.B = 1, .T = 300, .H = 2, .HQ = 4, .D = 128, .DV = 128, .gate = true, .seed = 32}, DType::bf16},
-                            GpuSpec{{.B = 2, .T = 200, .H = 2, .HQ = 2, .D = 64, .DV = 64, .gate = false, .seed = 33}, DType::f16}}) {
-    CudaCase c(gs);
-    ASSERT_NO_THROW(c.forward());
-    DevGrads a(c.gs), b(c.gs);
-    ::setenv("PATHATTN_BWD_LOCAL_LEAN", "0", 1);
-    ASSERT_NO_THROW(c.backward(a, true));
-    ::setenv("PATHATTN_BWD_LOCAL_LEAN", "1", 1);
-    ASSERT_NO_THROW(c.backward(b, true));
-    if (was)
-      ::setenv("PATHATTN_BWD_LOCAL_LEAN", saved.c_str(), 1);
-    else
-      ::unsetenv("PATHATTN_BWD_LOCAL_LEAN");
-    TEST_CUDA(cudaDeviceSynchronize());
-    const auto la = a.list(), lb = b.list();
-    for (size_t i = 0; i < la.size(); ++i)
-      EXPECT_TRUE(std::get<1>(la[i])->buf.download<uint8_t>() == std::get<1>(lb[i])->buf.download<uint8_t>())
-          << gs.name() << ": " << std::get<0>(la[i]) << " differs between the default and the kLean bwd_local";
-  }
-}
-
 // Inputs::cuda_workspace_limit: a limit below one call's scratch runs the call over groups of kv heads in turn
 // (common/head_slices.h). The heads are independent, so forward and (deterministic) backward give the same bits as
 // one call over all heads; a limit of 1 byte forces one kv head at a time. GQA 2:1, gate, B > 1.

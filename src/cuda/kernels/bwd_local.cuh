@@ -78,9 +78,7 @@ __device__ __forceinline__ Y from_f(float x) {
 // later reader is a TF32 product: those readers then take it as exact (kA / kB) and skip their own rounding of each
 // fragment element, with the same bits (rounding once where the tile is written, or where every product reads it,
 // gives the same operand; the mma ignores the low bits of an already rounded one).
-// kLeanLoads (the kernel's kLean instances, docs/perf/notes.md v12): the values a product adds to loaded before its
-// mma rather than after, and a 64-deep TF32 product's operands in one load batch, where the registers allow.
-enum Exact { kNone = 0, kA = 1, kB = 2, kAB = 3, kTf32 = 4, kRoundC = 8, kLeanLoads = 16 };
+enum Exact { kNone = 0, kA = 1, kB = 2, kAB = 3, kTf32 = 4, kRoundC = 8 };
 // How each operand is stored: kAK, A(i, k) = A[i lda + k] (else A[k lda + i]); kBK, B(k, j) = B[j ldb + k] (else
 // B[k ldb + j]). A product reads an operand whose k is contiguous with float2 loads along k.
 enum Layout { kAKBK = 3, kAK = 1, kBK = 2, kANBN = 0 };
@@ -103,11 +101,9 @@ __device__ __forceinline__ void mm_nosync(float* Cm, int ldc, const TA* A, int l
   static_assert(kWarps % 4 == 0 && N % (8 * kGroups) == 0, "4 row blocks x column groups of whole n tiles");
   constexpr int NT = N / (8 * kGroups);         // n tiles of 8 per warp
   constexpr bool k1x = (kExact & kTf32) != 0;                  // one TF32 product (see Exact)
-  constexpr bool kLean = (kExact & kLeanLoads) != 0;
-  // k-steps per load batch (registers: KB (4 + 2 NT) floats). 8 (a 64-deep product's operands in one batch: one
-  // memory latency) where the registers allow: one TF32 product at 2 n tiles per warp (D = 64); with 3xTF32's low
-  // parts it spilled ~250 bytes.
-  constexpr int KB = NT >= 8 ? 2 : (kLean && k1x && NT <= 2 && K % 64 == 0) ? 8 : 4;
+  // k-steps per load batch (registers: KB (4 + 2 NT) floats). Loading a 64-deep product's operands in one batch of 8
+  // and the values added to before the mma (v12's kLean, docs/perf/notes.md) kept the bits but made D = 64 slower.
+  constexpr int KB = NT >= 8 ? 2 : 4;
   static_assert(K % (8 * KB) == 0, "K must be a multiple of the load batch");
   constexpr bool kAe = (kExact & kA) != 0, kBe = (kExact & kB) != 0;  // exact in TF32 as stored
   constexpr bool kAx = k1x || kAe, kBx = k1x || kBe;                  // no low part
@@ -116,19 +112,6 @@ __device__ __forceinline__ void mm_nosync(float* Cm, int ldc, const TA* A, int l
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int r0 = 16 * (warp % 4), c0 = (warp / 4) * (N / kGroups);
   const int klo = (kAk || kBk) ? 2 * t : t, khi = (kAk || kBk) ? 2 * t + 1 : t + 4;  // k of slots t, t + 4
-  // The values added to are loaded before the products, not after them: for an accumulator in the global scratch
-  // its L2 latency then passes under the mma instead of after them (the product's result does not depend on when).
-  // Only at 2 n tiles per warp (D = 64's 16 warps): with D = 128's 8 warps (4 or 8 n tiles) the 16 or 32 more
-  // registers spilled.
-  constexpr bool kEarlyC = kLean && NT <= 2;
-  float2 cin[2][NT];
-  if (kEarlyC && accumulate) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-        cin[half][nt] = *reinterpret_cast<const float2*>(Cm + (r0 + g + 8 * half) * ldc + c0 + 2 * t + nt * 8);
-  }
   float acc[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
@@ -184,14 +167,15 @@ __device__ __forceinline__ void mm_nosync(float* Cm, int ldc, const TA* A, int l
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     float* Cr = Cm + (r0 + g + 8 * half) * ldc + c0 + 2 * t;
-    if (!kEarlyC && accumulate) {
+    float2 cin[NT];
+    if (accumulate) {
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) cin[half][nt] = *reinterpret_cast<const float2*>(Cr + nt * 8);
+      for (int nt = 0; nt < NT; ++nt) cin[nt] = *reinterpret_cast<const float2*>(Cr + nt * 8);
     }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       const float2 v = make_float2(alpha * acc[nt][2 * half], alpha * acc[nt][2 * half + 1]);
-      float2 o = accumulate ? make_float2(cin[half][nt].x + v.x, cin[half][nt].y + v.y) : v;
+      float2 o = accumulate ? make_float2(cin[nt].x + v.x, cin[nt].y + v.y) : v;
       if constexpr (kRc) o = make_float2(tf32(o.x), tf32(o.y));
       *reinterpret_cast<float2*>(Cr + nt * 8) = o;
     }
@@ -207,7 +191,7 @@ __device__ __forceinline__ void mm(float* Cm, int ldc, const TA* A, int lda, con
 
 // A thread's share of a [C, D] tile moved between global and shared memory: kPer elements, element e = threadIdx.x
 // + i kThreads (row e / D, column e % D), in batches of kBatch whose loads are all issued before their stores (one
-// memory latency per batch; at D = 64 a tile is one batch, so several tiles can share one latency: stage_together).
+// memory latency per batch).
 template <int D>
 struct Share {
   static constexpr int kThreads = LocalTiles<D>::kThreads;
@@ -243,21 +227,12 @@ __device__ __forceinline__ void stage_batches(const Step& step) {
   }
 }
 
-// A staging step of several tiles: each `load(v, i0)` fills a batch from global memory, then each `store(v, i0)`
-// writes it. With kMerge, where a tile is one batch (D = 64), every load is issued before the first store, so the
-// tiles share one memory latency instead of one each; otherwise (and at D = 128: 16 registers per batch and tile,
-// which spilled) one tile after another.
-template <int D, bool kMerge, typename... Steps>
+// A staging step of several tiles, one after another: each tile's `load(v, i0)` fills a batch from global memory,
+// then its `store(v, i0)` writes it. (Issuing every tile's loads before the first store, one memory latency per
+// step instead of one per tile, was part of v12's kLean: the same bits, slower at D = 64; docs/perf/notes.md.)
+template <int D, typename... Steps>
 __device__ __forceinline__ void stage_together(const Steps&... steps) {
-  if constexpr (kMerge && Share<D>::kPer == Share<D>::kBatch) {
-    float v[sizeof...(Steps)][Share<D>::kBatch];
-    int i = 0;
-    ((steps.load(v[i++], 0)), ...);
-    i = 0;
-    ((steps.store(v[i++], 0)), ...);
-  } else {
-    (stage_batches<D>(steps), ...);
-  }
+  (stage_batches<D>(steps), ...);
 }
 // One tile of stage_together: rows [0, n) of a [C, D] view into a tile [C][ldd]; rows >= n are zero.
 template <int D, typename Y, typename X>
@@ -395,20 +370,20 @@ constexpr int bwd_local_smem_bytes() {
 // Launched with LocalTiles<D>::kThreads threads.
 // kOneTf32: every product one plain TF32 product (Exact's kTf32) instead of 3xTF32; the UT solve and the element-wise
 // steps stay f32 either way (launch/bwd_impl.cuh local_tf32 picks the instance).
-// kLean (docs/perf/notes.md v12, opt-in until measured on the GPU: launch/bwd_impl.cuh local_lean): the same
-// arithmetic with fewer conversions and memory waits: tiles read only by TF32 products rounded once where written
-// (kR below), accumulators loaded before the products and one-batch operands (kLeanLoads), tiles staged together.
-template <typename T, int D, bool kGate, bool kOneTf32, bool kLean>
+template <typename T, int D, bool kGate, bool kOneTf32>
 __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_detail::LocalTiles<D>::kInSmem ? 1 : 2)
     bwd_local_kernel(const BwdParams p) {
   using namespace local_detail;
   // The products' precision bit, or-ed into every product's Exact flags below.
-  constexpr int X = (kOneTf32 ? local_detail::kTf32 : 0) | (kLean ? local_detail::kLeanLoads : 0);
+  constexpr int X = kOneTf32 ? local_detail::kTf32 : 0;
   // In the TF32 instances the tiles read only by products are rounded where they are written (RC on the product
   // that writes them, kR on the element-wise step), and the products that read them take them as exact (RA, RB):
   // the same bits as rounding in every product, without the per-fragment conversions (Exact's kRoundC). Rounded:
   // bW, Y, T, Kcorr, U, QWl, P, dS, dQWl, dM, dT, T^T dT, dN + dN^T. The 3xTF32 instances round nothing.
-  constexpr bool kR = kOneTf32 && kLean;
+  // At D = 128 only: measured there as v12's kLean (which at D = 128 was this alone), bwd_local 41.6 -> 40.8 ms at
+  // 32 x 4096 (H100), the same bits; at D = 64 kLean (this with earlier loads) was slower and was not measured
+  // without them (docs/perf/notes.md v12).
+  constexpr bool kR = kOneTf32 && D == 128;
   constexpr int RA = kR ? local_detail::kA : 0, RB = kR ? local_detail::kB : 0, RC = kR ? local_detail::kRoundC : 0;
   static_assert(!std::is_same_v<T, float>, "the Exact flags below assume q, k, v, do in bf16 or f16");
   constexpr float kLog2e = 1.4426950408889634f;
@@ -478,9 +453,9 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       const auto k_step = stage_step<D>(sK, LD, static_cast<const T*>(p.k) + ci.b * p.sk.b + (int64_t)ci.t0 * p.sk.t + h * p.sk.h, p.sk.t, n);
       const auto v_step = stage_step<D>(sV, LD, static_cast<const T*>(p.v) + ci.b * p.sv.b + (int64_t)ci.t0 * p.sv.t + h * p.sv.h, p.sv.t, n);
       if (p.w_is_bf16)
-        stage_together<D, kLean>(stage_step<D>(W, LD, static_cast<const __nv_bfloat16*>(p.w) + row_w, p.sw.t, n), k_step, v_step);
+        stage_together<D>(stage_step<D>(W, LD, static_cast<const __nv_bfloat16*>(p.w) + row_w, p.sw.t, n), k_step, v_step);
       else
-        stage_together<D, kLean>(stage_step<D>(W, LD, static_cast<const float*>(p.w) + row_w, p.sw.t, n), k_step, v_step);
+        stage_together<D>(stage_step<D>(W, LD, static_cast<const float*>(p.w) + row_w, p.sw.t, n), k_step, v_step);
     }
     __syncthreads();
     for (int e = tid; e < C * D; e += kThreads) {
@@ -528,11 +503,11 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       float* dq = p.dqacc + qrow * C * D;
       int ldq = D;
       if constexpr (Tiles::kInSmem) {
-        stage_together<D, kLean>(q_step, do_step, stage_step<D>(sDq, LD, static_cast<const float*>(dq), (int64_t)D, n));
+        stage_together<D>(q_step, do_step, stage_step<D>(sDq, LD, static_cast<const float*>(dq), (int64_t)D, n));
         dq = sDq;
         ldq = LD;
       } else {
-        stage_together<D, kLean>(q_step, do_step);
+        stage_together<D>(q_step, do_step);
       }
       if (tid < C) {
         sLse2[tid] = p.lse2[qrow * C + tid];
@@ -580,7 +555,7 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       mm_nosync<NW, D, C, kB | X | RA, kANBN>(dk, D, s2, LC, Q, LD, 1.f, true);   // dk += dS^T Q
       mm<NW, D, C, kNone | X | RA, kAK>(dq, ldq, s3, LC, W, LD, 1.f, true);  // QWl: dq += dQWl W (Eq. 28)
       mm<NW, D, C, kB | X | RA, kANBN>(dW, D, s3, LC, Q, LD, 1.f, true);  //      dW += dQWl^T Q
-      stage_together<D, kLean>(write_step<D>(static_cast<T*>(p.dq) + ci.b * p.sdq.b + (int64_t)ci.t0 * p.sdq.t + hq * p.sdq.h, p.sdq.t,
+      stage_together<D>(write_step<D>(static_cast<T*>(p.dq) + ci.b * p.sdq.b + (int64_t)ci.t0 * p.sdq.t + hq * p.sdq.h, p.sdq.t,
                                       static_cast<const float*>(dq), ldq, n));
       if constexpr (Tiles::kInSmem) __syncthreads();  // the next head stages its dQ^ into sDq
     }
@@ -624,9 +599,9 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
                                          static_cast<const float*>(p.dvacc + fac * C * D), D, n);
       const int64_t row_dw = ci.b * p.sdw.b + t0 * p.sdw.t + h * p.sdw.h;
       if (p.w_is_bf16)
-        stage_together<D, kLean>(dk_step, dv_step, write_step<D>(static_cast<__nv_bfloat16*>(p.dw) + row_dw, p.sdw.t, static_cast<const float*>(dW), D, n));
+        stage_together<D>(dk_step, dv_step, write_step<D>(static_cast<__nv_bfloat16*>(p.dw) + row_dw, p.sdw.t, static_cast<const float*>(dW), D, n));
       else
-        stage_together<D, kLean>(dk_step, dv_step, write_step<D>(static_cast<float*>(p.dw) + row_dw, p.sdw.t, static_cast<const float*>(dW), D, n));
+        stage_together<D>(dk_step, dv_step, write_step<D>(static_cast<float*>(p.dw) + row_dw, p.sdw.t, static_cast<const float*>(dW), D, n));
     }
     __syncthreads();  // sDbeta: add_row_dots and the last strict_lower_beta_backward wrote it from other threads
     if (tid < n) p.dbeta[ci.b * p.sdbeta.b + (t0 + tid) * p.sdbeta.t + h * p.sdbeta.h] = sDbeta[tid];

@@ -67,20 +67,9 @@ bool local_tf32() {
   }();
   return forced < 0 ? std::is_same_v<T, __nv_bfloat16> : forced == 1;
 }
-// The chunk-local kernel's kLean instances (bwd_local.cuh; docs/perf/notes.md v12: the same bits with fewer
-// conversions and memory waits), opt-in by PATHATTN_BWD_LOCAL_LEAN=1 until they have run on the GPU. Read at every
-// call (not cached), so that a test can compare both instances' bits in one process.
-inline bool local_lean() {
-  const char* e = std::getenv("PATHATTN_BWD_LOCAL_LEAN");
-  return e && std::strcmp(e, "1") == 0;
-}
-template <typename T, int D, bool kGate, bool kLean>
-auto local_instance_lean() {
-  return local_tf32<T>() ? bwd_local_kernel<T, D, kGate, true, kLean> : bwd_local_kernel<T, D, kGate, false, kLean>;
-}
 template <typename T, int D, bool kGate>
 auto local_instance() {
-  return local_lean() ? local_instance_lean<T, D, kGate, true>() : local_instance_lean<T, D, kGate, false>();
+  return local_tf32<T>() ? bwd_local_kernel<T, D, kGate, true> : bwd_local_kernel<T, D, kGate, false>;
 }
 
 }  // namespace bwd_launch_detail
