@@ -387,10 +387,11 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
   constexpr int RA = kR ? local_detail::kA : 0, RB = kR ? local_detail::kB : 0, RC = kR ? local_detail::kRoundC : 0;
   static_assert(!std::is_same_v<T, float>, "the Exact flags below assume q, k, v, do in bf16 or f16");
   constexpr float kLog2e = 1.4426950408889634f;
+  static_assert(C == 64, "ut_solve_tc solves 64 x 64 tiles");
   extern __shared__ float smem[];
-  float* sT = smem;              // [C][LC]  T = (I + A)^{-1}                      (Eq. 10)
+  float* sT = smem;              // [C][LC]  A, then T = (I + A)^{-1} in place     (Eq. 10)
   float* sKc = sT + C * LC;      // [C][LC]  Kcorr = T Y (the forward's M)          (Eq. 12, 14)
-  float* s0 = sKc + C * LC;      // [C][LC]  A, then QWl = lower(Q W^T) per head, then dT
+  float* s0 = sKc + C * LC;      // [C][LC]  QWl = lower(Q W^T) per head, then dT
   float* s1 = s0 + C * LC;       // [C][LC]  Y, then S, P per head, then M = W K^T, W W^T
   float* s2 = s1 + C * LC;       // [C][LC]  dl, then ds per head, then dY, T^T dT
   float* s3 = s2 + C * LC;       // [C][LC]  d QWl per head, then Y again, then dA
@@ -463,20 +464,21 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       bW[r * LD + d] = round_if<kR>(sBeta[r] * W[r * LD + d]);
     }
     if (!(p.timing_skip & 256)) {
-      mm_nosync<NW, C, D, kNone | X, kAKBK>(s0, LC, W, LD, W, LD, 1.f, false);  // W W^T
+      mm_nosync<NW, C, D, kNone | X, kAKBK>(sT, LC, W, LD, W, LD, 1.f, false);  // W W^T
       mm<NW, C, D, kB | X, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);   // W K^T
       for (int e = tid; e < C * C; e += kThreads) {  // A = b strict_lower(W W^T), Y = b strict_lower(W K^T)
         const int i = e / C, j = e % C;
-        s0[i * LC + j] = j < i ? sBeta[i] * s0[i * LC + j] : 0.f;
+        sT[i * LC + j] = j < i ? sBeta[i] * sT[i * LC + j] : 0.f;
         s1[i * LC + j] = j < i ? round_if<kR>(sBeta[i] * s1[i * LC + j]) : 0.f;
     }
     __syncthreads();
-    if (!(p.timing_skip & 16)) ut_solve_f32_x4<C>(s0, LC, sT, LC);  // T = (I + A)^{-1} (Eq. 10)
-    if (kR && tid < 4 * C) {  // T's column tid / 4 was written by lane 0 of this thread's quad, same warp: round it
-      __syncwarp();
-      for (int i = tid % 4; i < C; i += 4) sT[i * LC + tid / 4] = tf32(sT[i * LC + tid / 4]);
+    // T = (I + A)^{-1} in place (Eq. 10), the preprocess's blocked tensor-core solve (ut_solve.cuh); ends with a
+    // barrier. Then rounded to TF32 where its readers take it as exact (kR).
+    if (!(p.timing_skip & 16)) ut_solve_tc<LC>(sT);
+    if constexpr (kR) {
+      for (int e = tid; e < C * C; e += kThreads) sT[(e / C) * LC + e % C] = tf32(sT[(e / C) * LC + e % C]);
+      __syncthreads();
     }
-    __syncthreads();
     mm_nosync<NW, C, C, kNone | X | RA | RB | RC, kAK>(sKc, LC, sT, LC, s1, LC, 1.f, false);  // Kcorr = T Y
     mm<NW, D, C, kNone | X | RA | RB | RC, kAK>(U, LD, sT, LC, bW, LD, 1.f, false);     // U = T b W
     }

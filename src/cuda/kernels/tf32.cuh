@@ -16,6 +16,13 @@ __device__ __forceinline__ uint32_t tf32_bits(float x) {
 }
 __device__ __forceinline__ float tf32(float x) { return __uint_as_float(tf32_bits(x)); }
 
+// Zeroes NT accumulators of m16n8 tiles.
+template <int NT>
+__device__ __forceinline__ void zero_acc(float (&x)[NT][4]) {
+#pragma unroll
+  for (int i = 0; i < NT; ++i) x[i][0] = x[i][1] = x[i][2] = x[i][3] = 0.f;
+}
+
 // d += a b, m16n8k8, TF32 operands, f32 accumulation.
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
