@@ -484,15 +484,30 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
     }
 
     // ---- The chunk product P = I - W^T U (Eq. 11): dW = -U dP^T, dU = -W dP (Eq. 34).
-    const float* dP = p.dpacc + fac * D * D;
     float* dk = p.dkacc + fac * C * D;
     if (!(p.timing_skip & 128)) {
-      mm_nosync<NW, D, D, kNone | X | RA, kAKBK>(dW, D, U, LD, dP, D, -1.f, false);
-      mm<NW, D, D, kNone | X, kAK>(dU, D, W, LD, dP, D, -1.f, false);
+      // The B operands dP and dK^ (written by the main kernel, in L2 or DRAM by now): at D = 64 copied first into
+      // two idle C x C tiles (s2, s3; C = D), one load wave each, so that the four products read shared memory
+      // instead of waiting for global memory in every k batch (v15, docs/perf/notes.md: these four products took
+      // ~10 of bwd_local's 44 ms, twice the per-product time of the shared-memory ones). The same values, so the
+      // same bits. At D = 128 dP (D x D) does not fit a tile, and the operands live in global scratch anyway.
+      const float* dP = p.dpacc + fac * D * D;
+      const float* dKh = dk;
+      int ldp = D, ldk = D;
+      if constexpr (Tiles::kInSmem) {
+        static_assert(C == D, "dP and dK^ as [C, D] tiles");
+        stage_together<D>(stage_step<D>(s2, LC, dP, (int64_t)D, C), stage_step<D>(s3, LC, static_cast<const float*>(dk), (int64_t)D, C));
+        __syncthreads();
+        dP = s2;
+        dKh = s3;
+        ldp = ldk = LC;
+      }
+      mm_nosync<NW, D, D, kNone | X | RA, kAKBK>(dW, D, U, LD, dP, ldp, -1.f, false);
+      mm<NW, D, D, kNone | X, kAK>(dU, D, W, LD, dP, ldp, -1.f, false);
       // ---- K^ = K - Kcorr^T W (Eq. 14): dk += dK^ (dkacc holds dK^ and becomes dk), dKcorr = -W dK^^T,
       // dW -= Kcorr dK^ (Eq. 29).
-      mm_nosync<NW, C, D, kNone | X, kAKBK>(dKc, C, W, LD, dk, D, -1.f, false);
-      mm<NW, D, C, kNone | X | RA, kAK>(dW, D, sKc, LC, dk, D, -1.f, true);
+      mm_nosync<NW, C, D, kNone | X, kAKBK>(dKc, C, W, LD, dKh, ldk, -1.f, false);
+      mm<NW, D, C, kNone | X | RA, kAK>(dW, D, sKc, LC, dKh, ldk, -1.f, true);
     }
 
     // ---- Per query head: the diagonal block and the query side (Eq. 12, 13, 24-28).
@@ -564,19 +579,31 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
 
     // ---- Key side: Kcorr = T Y, U = T b W, T = (I + A)^{-1} (Eq. 29, 30).
     if (!(p.timing_skip & 64)) {
+      // dKcorr and dU, final now, read by two products each: at D = 64 copied into the tiles of dQ^ and U (neither
+      // is read from here on), as dP and dK^ above (v15). Their barrier is M's product's.
+      const float* dKcs = dKc;
+      const float* dUs = dU;
+      int ldkc = C, ldu = D;
+      if constexpr (Tiles::kInSmem) {
+        stage_together<D>(stage_step<D>(sDq, LD, static_cast<const float*>(dKc), (int64_t)C, C),
+                          stage_step<D>(U, LD, static_cast<const float*>(dU), (int64_t)D, C));
+        dKcs = sDq;
+        dUs = U;
+        ldkc = ldu = LD;
+      }
       mm<NW, C, D, kB | X, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);  // M = W K^T
       for (int e = tid; e < C * C; e += kThreads) {       // Y = b strict_lower(M) again (not kept: shared memory)
         const int i = e / C, j = e % C;
         s3[i * LC + j] = j < i ? round_if<kR>(sBeta[i] * s1[i * LC + j]) : 0.f;
     }
     __syncthreads();
-    mm_nosync<NW, C, C, kNone | X | RB, kAKBK>(s0, LC, dKc, C, s3, LC, 1.f, false);   // dT = dKcorr Y^T
-    mm<NW, C, C, kNone | X | RA, kANBN>(s2, LC, sT, LC, dKc, C, 1.f, false);  // dY = T^T dKcorr
+    mm_nosync<NW, C, C, kNone | X | RB, kAKBK>(s0, LC, dKcs, ldkc, s3, LC, 1.f, false);   // dT = dKcorr Y^T
+    mm<NW, C, C, kNone | X | RA, kANBN>(s2, LC, sT, LC, dKcs, ldkc, 1.f, false);  // dY = T^T dKcorr
     strict_lower_beta_backward<kR>(s2, s1, sBeta, sDbeta);  // Y = b strict_lower(M): dbeta, then dM = b dY
     mm_nosync<NW, D, C, kB | X | RA, kAK>(dW, D, s2, LC, K, LD, 1.f, true);       // dW += dM K
     mm<NW, D, C, kNone | X | RA, kANBN>(dk, D, s2, LC, W, LD, 1.f, true);  // dk += dM^T W
-    mm_nosync<NW, C, D, kNone | X | RB | RC, kAKBK>(s0, LC, dU, D, bW, LD, 1.f, true);    // dT += dU (b W)^T
-    mm<NW, D, C, kNone | X | RA, kANBN>(dbW, D, sT, LC, dU, D, 1.f, false);  // d(bW) = T^T dU
+    mm_nosync<NW, C, D, kNone | X | RB | RC, kAKBK>(s0, LC, dUs, ldu, bW, LD, 1.f, true);    // dT += dU (b W)^T
+    mm<NW, D, C, kNone | X | RA, kANBN>(dbW, D, sT, LC, dUs, ldu, 1.f, false);  // d(bW) = T^T dU
     add_row_dots<D>(sDbeta, dbW, D, W, LD);
     for (int e = tid; e < C * D; e += kThreads) dW[e] += sBeta[e / D] * dbW[e];
     __syncthreads();
