@@ -44,6 +44,10 @@
 #          (PATHATTN_BWD_TIMING_SKIP 16 / 32 / 64 / 128 / 256, params.h; wrong gradients), and ncu on one bwd_local
 #          launch (NCU_SHAPE, default 8,4096,32,64) with its stall samples per instruction (tools/ncu_source_top.py:
 #          by opcode and the most-sampled SASS and CUDA lines)
+#   ab:    same-run A/B against earlier commits: bench_fwd built from each snapshot of tools/ab_snapshot.sh
+#          (third_party_fetched/ab/<rev>, carried along) beside the checkout's, then AB_ROUNDS (default 2) rounds of
+#          bench_fwd --bwd --iters 5 AB_ARGS (default --only 64) alternating the builds, with stage medians; the
+#          checkout builds bench_fwd only (AB_TESTS=1: its gpu tests too, as in test mode)
 #   wide:  the D = 128 wgmma main backward kernel (the default since the nineteenth session; bwd_main_wide.cuh,
 #          docs/perf/notes.md v13)
 #          beside the mma.sync one: test_cuda_backward's D = 128 cases and the determinism test with it in both modes
@@ -158,9 +162,11 @@ if [ "$MODE" = model ]; then
   echo "==== summary"; cat "$SUMMARY"; exit 0
 fi
 
+BUILD_TARGETS="test_cuda_forward test_cuda_backward test_cuda_decode bench_fwd bench_decode_cuda"
+[ "$MODE" = ab ] && [ "${AB_TESTS:-0}" != 1 ] && BUILD_TARGETS=bench_fwd
 t0=$(date +%s)
 if [ "$MODE" != torch ] && ! { cmake -S . -B build-gpu -DPATHATTN_TORCH=OFF -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=ON -DPATHATTN_BENCH=ON -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) \
-         "${PREFIX_ARGS[@]}" && make -C build-gpu -j16 test_cuda_forward test_cuda_backward test_cuda_decode bench_fwd bench_decode_cuda; } > "$OUT/build.log" 2>&1; then
+         "${PREFIX_ARGS[@]}" && make -C build-gpu -j16 $BUILD_TARGETS; } > "$OUT/build.log" 2>&1; then
   note "BUILD FAILED (see build.log)"; tail -30 "$OUT/build.log"; exit 1
 fi
 [ "$MODE" != torch ] && note "build: ok ($(( $(date +%s) - t0 )) s)"
@@ -172,7 +178,8 @@ if command -v cuobjdump >/dev/null; then
 fi
 grep -A2 "Compiling entry function.*\(fwd_kernel\|bwd_main\|bwd_local\)" "$OUT/build.log" | grep -E "entry|registers|spill" | tail -48 >> "$OUT/registers.txt" || true
 
-if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ] || [ "$MODE" = ncu ] || [ "$MODE" = bwd ]; then
+if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ] || [ "$MODE" = ncu ] || [ "$MODE" = bwd ] ||
+   { [ "$MODE" = ab ] && [ "${AB_TESTS:-0}" = 1 ]; }; then
   t0=$(date +%s)
   if [ "${SKIP_TESTS:-0}" != 1 ]; then
   EXCL=(); [ "${GPU_SKIP_LONG:-0}" = 1 ] && EXCL=(-E 'Long/')
@@ -446,6 +453,31 @@ if [ "$MODE" = bwd ]; then
     build-gpu/bench/cuda/bench_fwd --bwd --iters 1 --shape ${NCU_SHAPE:-32,4096,32,64} > "$OUT/ncu.txt" 2>&1
   note "ncu (backward): rc=$? ($(( $(date +%s) - t0 )) s)"
   grep -E "^  [a-z_]+.*\(|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Warp Cycles Per Issued|Issued Ipc|No Eligible|Stall|Dynamic Shared" "$OUT/ncu.txt" | head -80 | tee -a "$SUMMARY"; }
+fi
+
+if [ "$MODE" = ab ]; then
+  builds=(build-gpu)
+  for d in third_party_fetched/ab/*/; do
+    [ -f "$d/CMakeLists.txt" ] || continue
+    name=$(basename "$d")
+    t0=$(date +%s)
+    { cmake -S "$d" -B "build-ab-$name" -DPATHATTN_TORCH=OFF -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=OFF -DPATHATTN_BENCH=ON \
+        -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) && make -C "build-ab-$name" -j16 bench_fwd; } \
+      > "$OUT/build_ab_$name.log" 2>&1
+    rc=$?
+    note "ab build $name: rc=$rc ($(( $(date +%s) - t0 )) s)"
+    [ $rc = 0 ] && builds+=("build-ab-$name")
+    grep -A2 "Compiling entry function.*bwd_local" "$OUT/build_ab_$name.log" | grep -E "spill" | head -8 >> "$OUT/registers_ab_$name.txt" || true
+  done
+  for round in $(seq "${AB_ROUNDS:-2}"); do
+    for b in "${builds[@]}"; do
+      t0=$(date +%s)
+      PATHATTN_CUDA_PROFILE=1 "$b/bench/cuda/bench_fwd" --bwd --iters 5 ${AB_ARGS:---only 64} > "$OUT/bench_ab.log" 2>&1
+      note "ab round $round, $b: rc=$? ($(( $(date +%s) - t0 )) s)"
+      grep -E '^ +B|^ +[0-9]' "$OUT/bench_ab.log" | tee -a "$SUMMARY"
+      python3 tools/bench_stages.py "$OUT/bench_ab.log" | tee -a "$SUMMARY"
+    done
+  done
 fi
 
 if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
