@@ -368,8 +368,8 @@ constexpr int bwd_local_smem_bytes() {
 // kernel is a chain of ~40 small dependent products with a barrier after each, so the other CTA's products fill
 // the waits. D = 64: one CTA of 512 threads per SM (218 KB: the operands in shared memory), 128 registers.
 // Launched with LocalTiles<D>::kThreads threads.
-// kOneTf32: every product one plain TF32 product (Exact's kTf32) instead of 3xTF32; the UT solve and the element-wise
-// steps stay f32 either way (launch/bwd_impl.cuh local_tf32 picks the instance).
+// kOneTf32: every product one plain TF32 product (Exact's kTf32) instead of 3xTF32; the element-wise steps stay f32
+// and the UT solve ~f32 (ut_solve_tc) either way (launch/bwd_impl.cuh local_tf32 picks the instance).
 template <typename T, int D, bool kGate, bool kOneTf32>
 __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_detail::LocalTiles<D>::kInSmem ? 1 : 2)
     bwd_local_kernel(const BwdParams p) {
@@ -407,7 +407,8 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
   // The operands (LocalTiles): [C][LD] each, in shared memory after sRows at D = 64, else in the scratch slot.
   using Tiles = LocalTiles<D>;
   constexpr int LD = Tiles::LD, kThreads = Tiles::kThreads, NW = Tiles::kWarps;
-  float *W, *bW, *U, *sDq;  // sDq: dQ^ of the current query head in shared memory (D = 64; else dqacc in place)
+  float *W, *bW, *U, *sDq;  // sDq: dQ^ of the current query head in shared memory (D = 64; else dqacc in place);
+                            // at D = 64 the key side copies dKcorr into sDq and dU into U (v15)
   const T *K, *V, *Q, *dO;
   T *sK, *sV, *sQ, *sDO;
   if constexpr (Tiles::kInSmem) {
