@@ -180,14 +180,15 @@ grep -A2 "Compiling entry function.*\(fwd_kernel\|bwd_main\|bwd_local\)" "$OUT/b
 # Where bwd_local's spills sit at D = 64 (bf16, TF32 products, without and with the gate): tools/sass_spills.py on its
 # SASS (docs/perf/notes.md v14, v15): straight-line spills around the solve are cheap, spills inside loops are not.
 spill_map() {
-  local bin=$1/bench/cuda/bench_fwd g
+  local bin=$1/bench/cuda/bench_fwd g fun
   command -v cuobjdump >/dev/null && [ -x "$bin" ] || return 0
   for g in 0 1; do
-    note "spills of bwd_local<bf16, 64, gate $g, tf32> in $1: $(cuobjdump -sass -fun "_ZN8pathattn4cuda16bwd_local_kernelI13__nv_bfloat16Li64ELb${g}ELb1EEEvNS0_9BwdParamsE" "$bin" 2>/dev/null |
+    fun="_ZN8pathattn4cuda16bwd_local_kernelI13__nv_bfloat16Li64ELb${g}ELb1EEEvNS0_9BwdParamsE"
+    note "spills of bwd_local<bf16, 64, gate $g, tf32> in $1: $(cuobjdump -sass -fun "$fun" "$bin" 2>/dev/null |
       python3 tools/sass_spills.py --max 0)"
+    [ $g = 0 ] && cuobjdump -sass -fun "$fun" "$bin" 2>/dev/null | python3 tools/sass_spills.py --max 200 \
+      > "$OUT/spills_$(basename "$1").txt"
   done
-  cuobjdump -sass -fun _ZN8pathattn4cuda16bwd_local_kernelI13__nv_bfloat16Li64ELb0ELb1EEEvNS0_9BwdParamsE "$bin" 2>/dev/null |
-    python3 tools/sass_spills.py --max 200 > "$OUT/spills_$(basename "$1").txt" || true
 }
 spill_map build-gpu
 
@@ -479,9 +480,7 @@ if [ "$MODE" = ab ]; then
       > "$OUT/build_ab_$name.log" 2>&1
     rc=$?
     note "ab build $name: rc=$rc ($(( $(date +%s) - t0 )) s)"
-    [ $rc = 0 ] && builds+=("build-ab-$name")
-    [ $rc = 0 ] && spill_map "build-ab-$name"
-    grep -A2 "Compiling entry function.*bwd_local" "$OUT/build_ab_$name.log" | grep -E "spill" | head -8 >> "$OUT/registers_ab_$name.txt" || true
+    [ $rc = 0 ] && builds+=("build-ab-$name") && spill_map "build-ab-$name"
   done
   for round in $(seq "${AB_ROUNDS:-2}"); do
     for b in "${builds[@]}"; do
