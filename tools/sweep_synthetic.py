@@ -23,7 +23,9 @@ MQRAR and flip-flop the accuracy on the scored positions (answers, bits after re
 layers) group is solved when a majority of its planned seeds are (2 of 3), unsolved when a majority can no longer
 be reached, pending otherwise. The fewest layers that solve a length is the smallest solved depth, provided every
 shallower depth is unsolved (a pending shallower depth leaves it undetermined). So for A5 (by_depth) the cells run
-depth by depth and the depths above a solved one are skipped: they cannot change the answer (pruned_by).
+depth by depth and the depths above a solved one are skipped: they cannot change the answer (pruned_by). The
+remaining seeds of a group whose verdict is already decided run after every cell that can still change one
+(next_cell).
 """
 import argparse
 import copy
@@ -292,6 +294,17 @@ def pruned_by(cell, verdicts):
                      if (t, s, m) == (cell.task, cell.size, cell.mechanism) and l < cell.layers
                      and g["verdict"] == "solved"]
     return min(solved_depths) if solved_depths else None
+
+
+def next_cell(todo, verdicts):
+    """The index in todo of the cell to start next: the first whose group's verdict is still pending, else the first.
+    A cell of a decided group (a majority of its seeds already solved it, or can no longer) cannot change a verdict
+    or a fewest-layers entry; it still runs, for the seeds' spread, but after every cell that can (e.g. A5's third
+    seeds at depth 2, lengths 15 and 20, where two seeds already failed, wait for depth 3's first seeds)."""
+    for i, c in enumerate(todo):
+        if verdicts.get(c.group, {}).get("verdict") not in ("solved", "unsolved"):
+            return i
+    return 0
 
 
 def not_needed(cells, rows):
@@ -631,7 +644,7 @@ def cmd_run(args):
     while todo or running:
         now = time.time()
         while free and todo and deadline - now >= args.min_start:
-            c = todo.pop(0)
+            c = todo.pop(next_cell(todo, verdicts))
             depth = pruned_by(c, verdicts)
             if depth is not None:
                 pruned += 1

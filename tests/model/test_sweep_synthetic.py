@@ -259,6 +259,30 @@ def test_by_depth_orders_a5_depth_first_and_skips_depths_above_a_solved_one(tmp_
     assert all(sweep.pruned_by(c, v) is None for c in off)
 
 
+def test_cells_of_decided_groups_run_after_the_undecided_ones():
+    """next_cell: a group whose verdict a majority of seeds has fixed (two failed, or two solved) waits; the first
+    cell of a pending group goes first, in grid order; when every group is decided, the grid order holds."""
+    cells = [c for c in sweep.make_grid(argparse.Namespace(grid="paper", tasks="a5", only="", set=[]))
+             if c.layers == 2 and c.mechanism == "path" and c.size in (15, 20)]
+    rows = [row(size=n, mech="path", layers=2, seed=s, seq=0.0) for n in (15, 20) for s in (1, 2)]
+    rows += [row(size=n, mech="path", layers=2, seed=3, finished=0) for n in (15, 20)]
+    todo = [c for c in cells if c.seed == 3]  # the two third seeds, both groups unsolved by 2 of 3
+    assert sweep.next_cell(todo, sweep.group_verdicts(rows)) == 0  # all decided: grid order
+    deeper = [c for c in sweep.make_grid(argparse.Namespace(grid="paper", tasks="a5", only="", set=[]))
+              if c.layers == 3 and c.mechanism == "path" and c.size == 15 and c.seed == 1]
+    assert sweep.next_cell(todo + deeper, sweep.group_verdicts(rows)) == 2  # depth 3's first seed goes first
+    # One failed seed of three leaves the group pending: its next seed is not deferred.
+    rows = [row(size=15, mech="path", layers=2, seed=1, seq=0.0)]
+    rows += [row(size=15, mech="path", layers=2, seed=s, finished=0) for s in (2, 3)]
+    pending = [c for c in cells if c.size == 15 and c.seed == 2]
+    assert sweep.next_cell(pending + deeper, sweep.group_verdicts(rows)) == 0
+    # Two solved seeds decide it too.
+    rows = [row(size=15, mech="path", layers=2, seed=s, seq=0.95) for s in (1, 2)]
+    rows += [row(size=15, mech="path", layers=2, seed=3, finished=0)]
+    third = [c for c in cells if c.size == 15 and c.seed == 3]
+    assert sweep.next_cell(third + deeper, sweep.group_verdicts(rows)) == 1
+
+
 def test_sweep_skips_cells_a_shallower_solved_depth_makes_unneeded(tmp_path):
     """The driver at the tiny grid with two depths and one seed: depth 1 given as finished elsewhere (path solved,
     rope not); the sweep runs only rope at depth 2, and status counts path's depth 2 as not needed."""
