@@ -180,7 +180,7 @@ torch::Tensor AttentionImpl::path(const torch::Tensor& q, const torch::Tensor& k
     return o;
   }
   const bool op_decode = cache != nullptr && op_decode_supported(q);
-  auto r = path_attention_call(q, k, v, w, beta, g, op_decode);
+  auto r = path_attention_call(q, k, v, w, beta, g, op_decode, deterministic_backward_);
   if (cache) {  // prefill
     if (op_decode) {
       cache->path = op_decode_start(r.kcache.detach(), v.detach(), g.defined() ? g.detach() : g);

@@ -68,6 +68,11 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor beta_of(const torch::Tensor& x);  // [B, T, H] f32
   torch::Tensor g_of(const torch::Tensor& x);     // [B, T, HQ] f32, <= 0; times D^-1/2 under gate_scale fla
 
+  // PaTH's backward on CUDA in the op's fixed summation order (true, the default: the same gradient bits on every
+  // run) or its faster atomic order (false). A property of the run, not of the model: not in ModelConfig, not saved.
+  void set_deterministic_backward(bool on) { deterministic_backward_ = on; }
+  bool deterministic_backward() const { return deterministic_backward_; }
+
  private:
   torch::Tensor path(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& x,
                      LayerCache* cache);
@@ -79,6 +84,7 @@ class AttentionImpl : public torch::nn::Module {
 
   ModelConfig cfg_;
   int64_t HQ_, H_, D_;
+  bool deterministic_backward_ = true;
   // fla's names (python/pathattn/layer.py); w_proj is a Sequential (low rank: w_proj.0, w_proj.1) or one Linear.
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   torch::nn::Sequential w_proj{nullptr};

@@ -4,11 +4,14 @@
 // optimizer. The mechanisms' steps are interleaved (step i of every mechanism before step i + 1) so that clock or
 // thermal drift during the run hits all of them alike. Prints a table; --csv writes it too.
 //
-//   bench_step                          # GPU default: path, path-fox, rope; width 768, 12 layers, 12 heads (D 64),
+//   bench_step                          # GPU default: path, path:fast, path-fox, rope; width 768, 12 layers, 12 heads (D 64),
 //                                       # vocab 8192 (about 98M parameters), T 4096, batch 8, bf16
 //   bench_step --device cpu --width 64 --layers 2 --heads 2 --T 128 --batch 2 --steps 2   # the CPU smoke test
 //   bench_step ... --data-task mqrar --T 767     # also times drawing one batch of the task's training data (on the
 //                                                # host, then moved to the device): a row "data:mqrar"
+//
+// A mechanism named with ":fast" (path:fast, path-fox:fast) runs PaTH's CUDA backward in its fast, atomic order
+// (TrainConfig::deterministic = false, the op's deterministic = false); the plain name is the default fixed order.
 //
 // --data-task flipflop|a5|mqrar: the task with its default options except the length, which --T sets (a5 length T,
 // flip-flop (T + 1) / 2 pairs, MQRAR length T + 1), drawn as the trainer draws it (draw_batch, --batch sequences);
@@ -36,7 +39,7 @@ using namespace pathattn::model;
 namespace {
 
 struct Options {
-  std::string mechanisms = "path,path-fox,rope";
+  std::string mechanisms = "path,path:fast,path-fox,rope";
   int64_t width = 768, layers = 12, heads = 12, mlp = 0, vocab = 8192, T = 4096, batch = 8;
   int64_t warmup = 3, steps = 10, threads = 0, seed = 1;
   double lr = 3e-4;
@@ -73,7 +76,8 @@ bool parse(int argc, char** argv, Options& o) {
       if (name != "--help") std::cerr << "bench_step: unknown option or missing value: " << name << "\n";
       std::cerr << "options (--name value):";
       for (const auto& [n, f] : set) std::cerr << " " << n;
-      std::cerr << "\n  --mechanisms: comma list of path, path-fox, rope, fox, nope; --device auto|cpu|cuda; "
+      std::cerr << "\n  --mechanisms: comma list of path, path-fox, rope, fox, nope (path and path-fox also with "
+                   ":fast, the fast backward); --device auto|cpu|cuda; "
                    "--precision auto|f32|bf16; --mlp 0: 8/3 width; --data-task flipflop|a5|mqrar; --optim "
                    "foreach|loop (the optimizer step on foreach kernels, the trainer's, or torch's per-tensor one)\n";
       return false;
@@ -145,7 +149,11 @@ int main(int argc, char** argv) {
                       torch::ones({o.batch, o.T}, torch::kBool).to(dev)};
 
     std::vector<Run> runs;
-    for (const auto& m : split(o.mechanisms)) {
+    for (const auto& entry : split(o.mechanisms)) {
+      const size_t colon = entry.find(':');
+      const std::string m = entry.substr(0, colon), mode = colon == std::string::npos ? "" : entry.substr(colon + 1);
+      if (!mode.empty() && (mode != "fast" || !uses_path(parse_mechanism(m))))
+        throw std::invalid_argument("--mechanisms: '" + entry + "': only path and path-fox take a mode, ':fast'");
       ModelConfig mc;
       mc.vocab = o.vocab;
       mc.n_layer = o.layers;
@@ -155,8 +163,9 @@ int main(int argc, char** argv) {
       mc.mechanism = parse_mechanism(m);
       torch::manual_seed(static_cast<uint64_t>(o.seed));
       Run r;
-      r.name = m;
+      r.name = entry;
       r.model = Transformer(mc);
+      r.model->set_deterministic_backward(mode != "fast");
       r.params = r.model->num_parameters();
       r.model->to(dev);
       r.model->train();
@@ -202,19 +211,19 @@ int main(int argc, char** argv) {
       csv.open(o.csv);
       csv << "mechanism,params,batch,T,step_ms_median,step_ms_min,tokens_per_s,ratio_to_rope,loss,error\n";
     }
-    std::printf("%-10s %9s %12s %10s %12s %8s %8s\n", "mechanism", "params_M", "step_ms_med", "step_ms_min",
+    std::printf("%-14s %9s %12s %10s %12s %8s %8s\n", "mechanism", "params_M", "step_ms_med", "step_ms_min",
                 "tokens/s", "x_rope", "loss");
     bool failed = false;
     for (const auto& r : runs) {
       if (!r.error.empty() || r.ms.empty()) {
         failed = true;
-        std::printf("%-10s %9.2f  failed: %s\n", r.name.c_str(), r.params / 1e6, r.error.c_str());
+        std::printf("%-14s %9.2f  failed: %s\n", r.name.c_str(), r.params / 1e6, r.error.c_str());
         if (csv.is_open()) csv << r.name << "," << r.params << "," << o.batch << "," << o.T << ",,,,,,\"" << r.error << "\"\n";
         continue;
       }
       const double med = median(r.ms), mn = *std::min_element(r.ms.begin(), r.ms.end());
       const double tok_s = o.batch * o.T / (med / 1e3), ratio = med / rope_ms;
-      std::printf("%-10s %9.2f %12.2f %10.2f %12.0f %8.3f %8.4f\n", r.name.c_str(), r.params / 1e6, med, mn, tok_s,
+      std::printf("%-14s %9.2f %12.2f %10.2f %12.0f %8.3f %8.4f\n", r.name.c_str(), r.params / 1e6, med, mn, tok_s,
                   ratio, r.loss);
       if (csv.is_open())
         csv << r.name << "," << r.params << "," << o.batch << "," << o.T << "," << med << "," << mn << "," << tok_s
@@ -245,7 +254,7 @@ int main(int argc, char** argv) {
       if (ms.empty()) throw std::invalid_argument("--steps: expected >= 1 with --data-task, got 0");
       const double med = median(ms), mn = *std::min_element(ms.begin(), ms.end());
       const std::string name = "data:" + o.data_task;
-      std::printf("%-10s %9s %12.2f %10.2f %12.0f\n", name.c_str(), "-", med, mn, o.batch * o.T / (med / 1e3));
+      std::printf("%-14s %9s %12.2f %10.2f %12.0f\n", name.c_str(), "-", med, mn, o.batch * o.T / (med / 1e3));
       if (csv.is_open())
         csv << name << ",0," << o.batch << "," << o.T << "," << med << "," << mn << "," << o.batch * o.T / (med / 1e3)
             << ",,,\n";

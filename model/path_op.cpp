@@ -23,11 +23,11 @@ constexpr int64_t kRoom = 64;  // tokens of room added at prefill; doubled when 
 
 PathCall path_attention_call(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const torch::Tensor& w, const torch::Tensor& beta, const torch::Tensor& g,
-                             bool with_kcache) {
+                             bool with_kcache, bool deterministic) {
   const CallDtypes dt = call_dtypes(q);
   auto ex = pathattn::path_attention_ex(q.to(dt.qkv), k.to(dt.qkv), v.to(dt.qkv), w.to(dt.wbg), beta.to(dt.wbg),
                                         g.defined() ? opt(g.to(dt.wbg)) : std::nullopt, std::nullopt, std::nullopt,
-                                        with_kcache);
+                                        with_kcache, deterministic);
   // The caller gets its own dtypes back (o like v, the key cache like k): o_proj's input under f32 runs.
   PathCall r{ex.o.to(v.scalar_type()), {}};
   if (with_kcache) r.kcache = ex.kcache.to(k.scalar_type());

@@ -15,10 +15,12 @@ struct PathCall {
 };
 
 // q [B, T, HQ, D], k and w [B, T, H, D], v [B, T, H, DV], beta [B, T, H], g [B, T, HQ] or undefined (no gate).
-// Differentiable in all of them (the op's autograd).
+// Differentiable in all of them (the op's autograd). deterministic: the op's flag, the CUDA backward's fixed
+// summation order (the same bits on every run) or, false, its faster atomic order (docs/cuda.md); the flag does not
+// change the CPU backward.
 PathCall path_attention_call(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const torch::Tensor& w, const torch::Tensor& beta, const torch::Tensor& g,
-                             bool with_kcache);
+                             bool with_kcache, bool deterministic = true);
 
 // Whether the op's decode can take the next steps of a generation whose prefill ran on q: on the CPU unless q is
 // float64 (the CPU decode is float32; f64 is the tests' reference precision, whose model re-runs the sequence), on

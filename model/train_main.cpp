@@ -70,6 +70,10 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "cpu | cuda")->capture_default_str();
   app.add_option("--precision", precision, "auto (bf16 on cuda, f32 on cpu) | f32 | bf16 (autocast over f32 parameters)")
       ->capture_default_str();
+  app.add_option("--deterministic", tc.deterministic,
+                 "PaTH's CUDA backward in its fixed summation order (true: the same gradient bits on every run) or its "
+                 "faster atomic order (false); the flag does not change the CPU backward")
+      ->capture_default_str();
   app.add_option("--threads", threads, "CPU threads (0: all hardware threads)")->capture_default_str();
   app.add_option("--ff-pairs", task_cfg.flipflop.pairs, "flip-flop: instruction-bit pairs per sequence")->capture_default_str();
   app.add_option("--ff-p-ignore", task_cfg.flipflop.p_ignore, "flip-flop: training p(ignore)")->capture_default_str();
@@ -125,7 +129,8 @@ int main(int argc, char** argv) {
          << ", \"tokens_seen\": " << r.tokens_per_step * r.steps_done << ",\n"
          << "  \"data\": \"" << task->data_state() << "\", \"init_from\": \"" << tc.init_from << "\",\n"
          << "  \"threads\": " << at::get_num_threads() << ", \"device\": \""
-         << device << "\", \"precision\": \"" << precision_name(tc.precision) << "\",\n  \"train_seconds\": "
+         << device << "\", \"precision\": \"" << precision_name(tc.precision)
+         << "\", \"deterministic\": " << (tc.deterministic ? "true" : "false") << ",\n  \"train_seconds\": "
          << r.seconds << ", \"final_train_loss\": "
          << json_num(r.final_train_loss) << ",\n  \"error\": {";
       bool first = true;

@@ -47,6 +47,14 @@ int64_t TransformerImpl::num_parameters() const {
   return n;
 }
 
+void TransformerImpl::set_deterministic_backward(bool on) {
+  for (auto& b : blocks) b->attention().set_deterministic_backward(on);
+}
+
+bool TransformerImpl::deterministic_backward() const {
+  return blocks.empty() || blocks.front()->attention().deterministic_backward();
+}
+
 torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens, KVCache* cache) {
   if (tokens.dim() != 2) throw std::invalid_argument("tokens: expected [B, T] int64");
   if (cache && cache->empty()) cache->resize(blocks.size());

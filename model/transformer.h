@@ -25,6 +25,8 @@ class BlockImpl : public torch::nn::Module {
  public:
   explicit BlockImpl(const ModelConfig& cfg);
   torch::Tensor forward(const torch::Tensor& x, LayerCache* cache = nullptr);
+  AttentionImpl& attention() { return *attn; }
+  const AttentionImpl& attention() const { return *attn; }
 
  private:
   RMSNorm norm1{nullptr}, norm2{nullptr};
@@ -45,6 +47,9 @@ class TransformerImpl : public torch::nn::Module {
 
   const ModelConfig& config() const { return cfg_; }
   int64_t num_parameters() const;
+  // Every layer's AttentionImpl::set_deterministic_backward (the trainer sets it from TrainConfig::deterministic).
+  void set_deterministic_backward(bool on);
+  bool deterministic_backward() const;
 
  private:
   ModelConfig cfg_;

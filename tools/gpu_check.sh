@@ -22,9 +22,10 @@
 #          SKIP_TESTS=1 / SKIP_BENCH=1 the tests / the bench (a second call on a warm machine)
 #   torch: the torch extension and the model built against the machine's torch (CUDA on), pytest tests/python on
 #          it (the CUDA decode through the op and the layer: tests/python/test_decode_cuda.py), the model's gpu test
-#          (tests/model/test_model_cuda.cpp: its KV-cache decoding through the CUDA decode kernels; needs
-#          googletest), bench/cuda/bench_train.py (forward+backward, peak memory, beside SDPA and fla) and bench_step
-#          (a ~100M-parameter PaTH vs RoPE training step); SKIP_TRAIN_BENCH=1 stops after the tests; PYTEST_ARGS
+#          (tests/model/test_model_cuda.cpp: its KV-cache decoding through the CUDA decode kernels and its gradients
+#          with the fast backward; needs googletest), bench/cuda/bench_train.py (forward+backward, peak memory,
+#          beside SDPA and fla) and bench_step (a ~100M-parameter PaTH vs RoPE training step, PaTH with the
+#          deterministic and the fast backward); SKIP_TRAIN_BENCH=1 stops after the tests; PYTEST_ARGS
 #          picks the tests (default tests/python); DECODE_BENCH=1 also runs bench/cuda/bench_decode.py (ours, fla,
 #          SDPA decode steps), DECODE_DRIFT=1 bench/cuda/decode_drift.py (f32 vs bf16 cache over 10,000 steps)
 #   fwd128: the D = 128 forward (wgmma: the one-E-slot default and the two-E-slot instances, PATHATTN_FWD128=twoe):
@@ -88,7 +89,7 @@ run_bench_step() {
   local t0=$(date +%s)
   timeout 180 build-gpu-torch/model/bench_step --device cuda --csv "$OUT/bench_step.csv" > "$OUT/bench_step.log" 2>&1
   note "bench_step: rc=$? ($(( $(date +%s) - t0 )) s)"
-  grep -E '^(# |mechanism |[a-z-]+ +[0-9.]+ )' "$OUT/bench_step.log" | tee -a "$SUMMARY"
+  grep -E '^(# |mechanism |[a-z:-]+ +[0-9.]+ )' "$OUT/bench_step.log" | tee -a "$SUMMARY"
 }
 
 # compute-sanitizer memcheck and racecheck of one test binary on the cases of a gtest filter, a summary line each:

@@ -88,7 +88,9 @@ class PaTHAttention(nn.Module):
     Parameter names as fla's PaTHAttention: q_proj, k_proj, v_proj, o_proj, w_proj (w_proj.0, w_proj.1 when low
     rank), w_conv1d, bt_proj, g_proj (use_forget_gate), maybe_q_norm / maybe_k_norm (use_qk_norm). gate_scale: how
     the gate enters the logits, 'none' (ours, the default): scale * s_ij + G_i - G_j; 'fla': scale * (s_ij + G_i -
-    G_j), fla's convention (its layer scales the gate by head_dim^-1/2), for fla checkpoints.
+    G_j), fla's convention (its layer scales the gate by head_dim^-1/2), for fla checkpoints. deterministic (default
+    True): the CUDA backward's fixed summation order, the same gradient bits on every run; False: its faster atomic
+    order (path_attention's flag; it does not change the CPU backward).
 
     Context parallelism: forward(x, cp_group=group, cp_layout="contiguous" | "zigzag") with x this rank's rows of
     the sequences (contiguous: rank r of the torch.distributed group holds tokens [r L, (r + 1) L); zigzag: segments
@@ -115,6 +117,7 @@ class PaTHAttention(nn.Module):
         beta_max: Optional[float] = None,
         w_rank: int = 32,
         gate_scale: str = "none",
+        deterministic: bool = True,
     ):
         super().__init__()
         if hidden_size % num_heads != 0:
@@ -136,6 +139,9 @@ class PaTHAttention(nn.Module):
         if gate_scale not in ("none", "fla"):
             raise ValueError(f"gate_scale: expected 'none' or 'fla', got {gate_scale!r}")
         self.gate_scale = gate_scale
+        # The CUDA backward's fixed summation order (the same gradient bits on every run) or, False, its faster atomic
+        # order (path_attention's deterministic); not a parameter: state_dicts are the same either way.
+        self.deterministic = bool(deterministic)
 
         # Registered in fla's order, so named_parameters() lists them as fla's state_dict does.
         self.q_proj = nn.Linear(hidden_size, hidden_size, bias=False)
@@ -211,9 +217,11 @@ class PaTHAttention(nn.Module):
             g = g * D ** -0.5
 
         if cp_group is not None:
-            o = context_parallel_attention(q, k, v, w, beta, g, group=cp_group, layout=cp_layout)
+            o = context_parallel_attention(q, k, v, w, beta, g, group=cp_group, layout=cp_layout,
+                                           deterministic=self.deterministic)
         elif cache is None:
-            o = path_attention(q, k, v, w, beta, g, cu_seqlens=cu_seqlens)  # [B, T, HQ, D]
+            o = path_attention(q, k, v, w, beta, g, cu_seqlens=cu_seqlens,
+                               deterministic=self.deterministic)  # [B, T, HQ, D]
         elif cache.kv is None:  # prefill: the key cache on the tokens' device
             with torch.no_grad():
                 o, _, kcache = prefill(q, k, v, w, beta, g)

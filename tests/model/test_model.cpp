@@ -207,6 +207,29 @@ TEST(Model, TinyFlipFlopRunBeatsChance) {
   EXPECT_LT(r.final_eval.error.at("in_dist"), test_tol::kTinyRunError);
 }
 
+// TrainConfig::deterministic reaches the model's PaTH calls (train() applies it; the default is the fixed order).
+TEST(Model, TrainAppliesTheBackwardMode) {
+  FlipFlopConfig fc;
+  fc.pairs = 4;
+  auto task = make_flipflop(fc);
+  torch::manual_seed(7);
+  Transformer model(tiny(Mechanism::path, task->vocab()));
+  EXPECT_TRUE(model->deterministic_backward());
+  TrainConfig tc;
+  tc.steps = 1;
+  tc.batch = 2;
+  tc.warmup = 0;
+  tc.eval_every = 0;
+  tc.eval_size = 4;
+  tc.log_every = 0;
+  tc.deterministic = false;
+  train(model, *task, tc, "tiny");
+  EXPECT_FALSE(model->deterministic_backward());
+  tc.deterministic = true;
+  train(model, *task, tc, "tiny");
+  EXPECT_TRUE(model->deterministic_backward());
+}
+
 // Training 12 steps straight equals 6 steps, a checkpoint, and 6 more steps after a resume.
 TEST(Model, CheckpointResumeIsExact) {
   FlipFlopConfig fc;

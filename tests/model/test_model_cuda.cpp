@@ -1,7 +1,8 @@
 // The model's PaTH decoding on CUDA (label gpu; run by tools/gpu_check.sh torch): with a KV cache the layer and the
 // model decode through the op's CUDA decode kernels (the cache on the device, no re-run of the sequence), and their
 // outputs equal the full forward's by FlashAttention's rule against the same model in f64; greedy generation equals
-// the argmax of repeated full forwards. The CUDA cases skip without a CUDA device. Each test also has a CPU
+// the argmax of repeated full forwards; a training step's gradients with PaTH's fast backward equal the deterministic
+// one's to rounding (ModelCudaTrain). The CUDA cases skip without a CUDA device. Each test also has a CPU
 // instance (f32 and bf16 autocast through the CPU decode) with the same steps and checks, so that the test's logic
 // runs on a machine without a GPU (./test_model_cuda there).
 #include <gtest/gtest.h>
@@ -213,6 +214,58 @@ TEST_P(ModelCudaDecode, GreedyGenerationMatchesRepeatedFullForward) {
     EXPECT_GE(2 * decided, positions) << what << ": too few positions with a clear argmax to check";
   }
 }
+
+// The model's training step with PaTH's fast CUDA backward (Transformer::set_deterministic_backward(false), the
+// trainer's --deterministic false): every parameter's gradient equals the deterministic one's to the summation-order
+// rule (tests/tolerances.h kSummationOrderBf16, relative L2 over all parameters together); on the CPU, where the flag
+// changes nothing, the same bits. T = 200: four chunks, the last one partial.
+class ModelCudaTrain : public ModelCudaDecode {};
+
+TEST_P(ModelCudaTrain, FastBackwardEqualsTheDeterministicOneToRounding) {
+  const torch::Device dev = device();
+  for (auto m : {Mechanism::path, Mechanism::path_fox}) {
+    const std::string what = std::string(mechanism_name(m)) + " on " + dev.str() + ", " + precision_name(precision());
+    torch::manual_seed(11);
+    Transformer model(config(m));
+    sharpen_attention(*model);
+    model->to(dev);
+    auto tokens = torch::randint(0, model->config().vocab, {2, 201}, torch::kLong).to(dev);
+    auto input = tokens.narrow(1, 0, 200), target = tokens.narrow(1, 1, 200);
+    auto grads = [&](bool det) {
+      model->set_deterministic_backward(det);
+      EXPECT_EQ(model->deterministic_backward(), det) << what;
+      model->zero_grad();
+      torch::Tensor loss;
+      {
+        AutocastGuard ac(dev, precision());
+        auto logits = model->forward(input);
+        loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}));
+      }
+      loss.backward();
+      std::vector<torch::Tensor> g;
+      for (const auto& p : model->parameters()) g.push_back(p.grad().detach().to(torch::kCPU, torch::kDouble).flatten());
+      return torch::cat(g);
+    };
+    // On the CPU the flag changes nothing, but the op's CPU backward is bitwise reproducible only at a fixed split
+    // of its work (test_model.cpp CheckpointResumeIsExact measured ~1e-8 relative run to run with several threads):
+    // one thread there, so that equal bits are what to expect.
+    const int threads = at::get_num_threads();
+    if (dev.is_cpu()) at::set_num_threads(1);
+    const auto det = grads(true), fast = grads(false);
+    at::set_num_threads(threads);
+    ASSERT_GT(det.norm().item<double>(), 0.0) << what;
+    if (dev.is_cpu()) {
+      EXPECT_TRUE(torch::equal(fast, det)) << what << ": the CPU backward has one summation order";
+    } else {
+      EXPECT_LE(rel_err(fast, det), tol::kSummationOrderBf16) << what;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, ModelCudaTrain,
+                         ::testing::Values(Case{"cpu", Precision::f32}, Case{"cpu", Precision::bf16},
+                                           Case{"cuda", Precision::f32}, Case{"cuda", Precision::bf16}),
+                         case_name);
 
 INSTANTIATE_TEST_SUITE_P(Devices, ModelCudaDecode,
                          ::testing::Values(Case{"cpu", Precision::f32}, Case{"cpu", Precision::bf16},

@@ -23,7 +23,7 @@ def captured(monkeypatch):
     real = layer_module.path_attention
 
     def spy(q, k, v, w, beta, g=None, **kw):
-        calls.append(dict(q=q, k=k, v=v, w=w, beta=beta, g=g))
+        calls.append(dict(q=q, k=k, v=v, w=w, beta=beta, g=g, deterministic=kw.get("deterministic")))
         return real(q, k, v, w, beta, g, **kw)
 
     monkeypatch.setattr(layer_module, "path_attention", spy)
@@ -128,6 +128,21 @@ def test_fla_gate_scale_scales_the_gate(captured):
     torch.testing.assert_close(captured[1]["g"], captured[0]["g"] * 16 ** -0.5)
     with pytest.raises(ValueError, match="gate_scale"):
         pathattn.PaTHAttention(hidden_size=64, num_heads=4, gate_scale="sqrt")
+
+
+def test_deterministic_reaches_the_op(captured):
+    """PaTHAttention(deterministic=...) is handed to path_attention (the CUDA backward's summation order), True by
+    default; it is not a parameter, so the state_dict is the same either way."""
+    torch.manual_seed(3)
+    default = pathattn.PaTHAttention(hidden_size=64, num_heads=4)
+    fast = pathattn.PaTHAttention(hidden_size=64, num_heads=4, deterministic=False)
+    assert list(fast.state_dict()) == list(default.state_dict())
+    fast.load_state_dict(default.state_dict())
+    x = torch.randn(1, 6, 64)
+    with torch.no_grad():
+        a, b = default(x), fast(x)
+    assert [c["deterministic"] for c in captured] == [True, False]
+    torch.testing.assert_close(a, b, rtol=0, atol=0)  # the forward does not depend on it
 
 
 def test_rms_norm_keeps_the_input_dtype():
