@@ -311,8 +311,8 @@ if [ "$MODE" = fwd128 ]; then
   # SM) and with the two-E-slot instances (PATHATTN_FWD128=twoe: one CTA per SM), memcheck on the D = 128 cases,
   # racecheck on a few small ones (all D = 128 cases take racecheck over 300 s) with each, then bench_fwd at D = 128
   # with the mma.sync kernel, twoe and the default, in one run. FWD128_KERNELS picks the kernels tested (default
-  # "default twoe"; "default" leaves PATHATTN_FWD128 unset in effect: no kernel has that name).
-  for k in ${FWD128_KERNELS:-default twoe}; do
+  # "onee twoe"; onee is the default kernel's name, the variable takes no other: src/common/env.h).
+  for k in ${FWD128_KERNELS:-onee twoe}; do
     t0=$(date +%s)
     PATHATTN_FWD128=$k timeout 400 build-gpu/tests/cuda/test_cuda_forward > "$OUT/tests_fwd128_$k.log" 2>&1
     note "test_cuda_forward, PATHATTN_FWD128=$k: rc=$?, $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/tests_fwd128_$k.log" | tr '\n' ' ')($(( $(date +%s) - t0 )) s)"
@@ -325,7 +325,7 @@ if [ "$MODE" = fwd128 ]; then
       note "compute-sanitizer $tool (D 128, $k): rc=$?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_fwd128_${k}_$tool.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
     done
   done
-  for k in mma twoe default; do
+  for k in mma twoe onee; do
     PATHATTN_FWD128=$k timeout 200 build-gpu/bench/cuda/bench_fwd --only 128 > "$OUT/bench_fwd128_$k.log" 2>&1
     note "bench_fwd --only 128, PATHATTN_FWD128=$k: rc=$?"
     grep -E '^#|^ +B|^ +[0-9]' "$OUT/bench_fwd128_$k.log" | tee -a "$SUMMARY"
@@ -367,7 +367,7 @@ if [ "$MODE" = pair ]; then
   PATHATTN_TEST_BWD_FAST=1 tests_bwd pair_fast --gtest_filter=-Long/*
   sanitize pair build-gpu/tests/cuda/test_cuda_backward "$SMALL_BWD64" 300
   PATHATTN_TEST_BWD_FAST=1 sanitize pair_fast build-gpu/tests/cuda/test_cuda_backward "$SMALL_BWD64" 300
-  for v in mma default; do
+  for v in mma wgmma; do  # wgmma: the default
     PATHATTN_BWD_MAIN=$v PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --only 64 --iters 5 > "$OUT/bench_main_$v.log" 2>&1
     note "bench_fwd --bwd --only 64, main kernel $v: rc=$?"
     grep -E '^ +B|^ +[0-9]' "$OUT/bench_main_$v.log" | tee -a "$SUMMARY"
@@ -433,8 +433,8 @@ if [ "$MODE" = wide ]; then
   PATHATTN_TEST_BWD_FAST=1 BWD_TEST_TIMEOUT=200 tests_bwd wide_fast --gtest_filter="$WIDE_CASES"
   sanitize wide build-gpu/tests/cuda/test_cuda_backward \
     '*B2_T65_H2_HQ2_D128_DV128_betauniform_f16:*B1_T97_H2_HQ4_D128_DV128*gate*' 240
-  for main in mma wide; do  # wide: the default (PATHATTN_BWD_MAIN unset)
-    PATHATTN_BWD_MAIN=${main/wide/} PATHATTN_CUDA_PROFILE=1 timeout 240 build-gpu/bench/cuda/bench_fwd --bwd --only 128 --iters 5 \
+  for main in mma wide; do  # wide: the default, PATHATTN_BWD_MAIN=wgmma (at D = 128 the column-split kernel)
+    PATHATTN_BWD_MAIN=${main/wide/wgmma} PATHATTN_CUDA_PROFILE=1 timeout 240 build-gpu/bench/cuda/bench_fwd --bwd --only 128 --iters 5 \
       > "$OUT/bench_main_$main.log" 2>&1
     note "bench_fwd --bwd --only 128, main kernel $main: rc=$?"
     grep -E '^ +B|^ +[0-9]' "$OUT/bench_main_$main.log" | tee -a "$SUMMARY"

@@ -6,10 +6,12 @@
 #include <cstdlib>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "common/env.h"
 #include "common/head_slices.h"
 #include "cuda/check.h"
 #include "cuda/decode_params.h"
@@ -65,20 +67,15 @@ void check_32bit(const Problem& p, int NC, const char* what) {
 
 // The scratch limit of a call (pathattn.h, Inputs::cuda_workspace_limit), or PATHATTN_CUDA_WORKSPACE_MB's.
 std::size_t workspace_limit(const Inputs& in) {
-  const char* e = std::getenv("PATHATTN_CUDA_WORKSPACE_MB");
-  if (e == nullptr || *e == '\0') return in.cuda_workspace_limit;
-  char* end = nullptr;
-  const unsigned long long mb = std::strtoull(e, &end, 10);
-  if (*end != '\0' || *e == '-')
-    throw Error(std::string("pathattn: PATHATTN_CUDA_WORKSPACE_MB must be a whole number of MiB (0: no limit), got '") +
-                e + "'");
-  return static_cast<std::size_t>(mb) << 20;
+  // MiB, 0 for no limit; the bound keeps the shift below in range.
+  const int64_t mb = env::integer("PATHATTN_CUDA_WORKSPACE_MB", -1, 0, int64_t{1} << 40);
+  return mb < 0 ? in.cuda_workspace_limit : static_cast<std::size_t>(mb) << 20;
 }
 
 // PATHATTN_CUDA_PROFILE (dispatch.cu's stage timer) also prints how a call was cut to fit the scratch limit.
 void profile_slices(const char* op, int64_t H, int64_t per_slice,
                     const std::function<std::size_t(int64_t)>& bytes_of, std::size_t limit) {
-  if (std::getenv("PATHATTN_CUDA_PROFILE") == nullptr) return;
+  if (!env::flag("PATHATTN_CUDA_PROFILE", false)) return;
   const std::size_t bytes = bytes_of(per_slice);
   std::fprintf(stderr,
                "[pathattn profile] workspace %s: %lld call(s) of %lld kv head(s), %.1f MiB each (limit %.0f MiB)\n", op,
@@ -334,7 +331,7 @@ void backward_heads(const Problem& p, const Inputs& in, const TensorView& o, con
   prm.slot_chunks = plan.max_chunks;
   prm.local_scratch = ws.ptr<float>(b.local);
   prm.deterministic = in.deterministic;
-  if (const char* e = std::getenv("PATHATTN_BWD_TIMING_SKIP")) prm.timing_skip = std::atoi(e);
+  prm.timing_skip = static_cast<int>(env::integer("PATHATTN_BWD_TIMING_SKIP", 0, 0, 511));  // params.h's bits
   run_backward(prm, grid, p.dtype, D, p.has_gate, stream);
 }
 
@@ -353,8 +350,8 @@ void backward(const Problem& p, const Inputs& in, const TensorView& o, const Ten
   const std::vector<Segment> segs = sequences(p, in, stream);
   int64_t longest = 0;
   for (const Segment& s : segs) longest = std::max(longest, s.len);
-  int pair_group = bwd_pair_group(longest);
-  if (const char* e = std::getenv("PATHATTN_BWD_PAIR_GROUP")) pair_group = std::max(1, std::atoi(e));
+  const int pair_group =
+      static_cast<int>(env::integer("PATHATTN_BWD_PAIR_GROUP", bwd_pair_group(longest), 1, std::numeric_limits<int>::max()));
   const BwdGrid resident =
       backward_grid(p.dtype, static_cast<int>(p.D), p.has_gate, in.deterministic, static_cast<int>(p.group));
   // Within the scratch limit: groups of kv heads in turn (common/head_slices.h), each its own call. The sums

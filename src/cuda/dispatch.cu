@@ -5,8 +5,8 @@
 #include <cuda_fp16.h>
 
 #include <cstdio>
-#include <cstdlib>
 
+#include "common/env.h"
 #include "cuda/check.h"
 #include "cuda/launch/decode_launch.h"
 #include "cuda/launch/launch.h"
@@ -16,7 +16,7 @@ namespace {
 
 // PATHATTN_CUDA_PROFILE=1 prints each stage's time (CUDA events, synchronising): for docs/perf/notes.md.
 struct StageTimer {
-  bool on = std::getenv("PATHATTN_CUDA_PROFILE") != nullptr;
+  bool on = env::flag("PATHATTN_CUDA_PROFILE", false);
   cudaStream_t stream;
   cudaEvent_t last{};
   explicit StageTimer(cudaStream_t s) : stream(s) {

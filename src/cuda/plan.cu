@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <utility>
 
+#include "common/env.h"
 #include "cuda/check.h"
 
 namespace pathattn::cuda {
@@ -98,17 +98,6 @@ Plan make_plan(const std::vector<Segment>& segs, int H, bool backward, int pair_
   return pl;
 }
 
-namespace {
-// A positive integer from the environment, or dflt (unset, empty, not a positive number).
-int64_t env_positive(const char* name, int64_t dflt) {
-  const char* e = std::getenv(name);
-  if (e == nullptr || *e == '\0') return dflt;
-  char* end = nullptr;
-  const long long v = std::strtoll(e, &end, 10);
-  return (end != e && *end == '\0' && v > 0) ? static_cast<int64_t>(v) : dflt;
-}
-}  // namespace
-
 int decode_splits(int64_t B, int64_t H, int64_t Tmax, int sms, int blocks_per_sm) {
   // Two resident split blocks per SM (256 threads, 128 registers), four waves' worth of blocks: short splits
   // even out sequences of different lengths. Each split adds a partial of HQ / H x (D + 2) floats per kv head,
@@ -123,10 +112,10 @@ int decode_splits(int64_t B, int64_t H, int64_t Tmax, int sms, int blocks_per_sm
   // PATHATTN_DECODE_WAVES, PATHATTN_DECODE_MIN_ROWS and PATHATTN_DECODE_BLOCKS_PER_SM override the waves, the 128
   // and blocks_per_sm, PATHATTN_DECODE_SPLITS the count itself (within the same bounds; read once), for measuring
   // (docs/perf/notes.md "Decode").
-  static const int64_t waves_env = env_positive("PATHATTN_DECODE_WAVES", 0);
-  static const int64_t min_rows = env_positive("PATHATTN_DECODE_MIN_ROWS", kDecodeMinRows);
-  static const int64_t resident_env = env_positive("PATHATTN_DECODE_BLOCKS_PER_SM", 0);
-  static const int64_t splits_env = env_positive("PATHATTN_DECODE_SPLITS", 0);
+  static const int64_t waves_env = env::integer("PATHATTN_DECODE_WAVES", 0, 1);
+  static const int64_t min_rows = env::integer("PATHATTN_DECODE_MIN_ROWS", kDecodeMinRows, 1);
+  static const int64_t resident_env = env::integer("PATHATTN_DECODE_BLOCKS_PER_SM", 0, 1);
+  static const int64_t splits_env = env::integer("PATHATTN_DECODE_SPLITS", 0, 1);
   const int64_t resident = resident_env > 0 ? resident_env : std::max(blocks_per_sm, 1);
   const int64_t pairs = std::max<int64_t>(B * H, 1), sm_count = std::max(sms, 1);
   const bool one_wave = waves_env == 0 && 8 * pairs <= sms;

@@ -1,9 +1,9 @@
 // The optional value check of the CUDA backend (value_check.h).
-#include <cstdlib>
 #include <limits>
 #include <sstream>
 #include <string>
 
+#include "common/env.h"
 #include "cuda/check.h"
 #include "cuda/value_check.h"
 
@@ -48,11 +48,8 @@ void check_one(const TensorView& t, const char* name, float lo, float hi, const 
 
 bool checks_values(const Inputs& in) {
   if (in.check_values) return true;
-  static const bool env = [] {
-    const char* e = std::getenv("PATHATTN_CHECK_VALUES");
-    return e != nullptr && *e != '\0' && std::string(e) != "0";
-  }();
-  return env;
+  static const bool on = env::flag("PATHATTN_CHECK_VALUES", false);
+  return on;
 }
 
 void check_values(const Inputs& in, const Problem& p, cudaStream_t stream) {

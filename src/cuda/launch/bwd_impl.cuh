@@ -4,10 +4,9 @@
 // that the four (dtype, D) builds of these large kernels compile in parallel.
 #pragma once
 
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
+#include "common/env.h"
 #include "cuda/check.h"
 #include "cuda/kernels/bwd_local.cuh"
 #include "cuda/kernels/bwd_main.cuh"
@@ -43,8 +42,8 @@ inline int resident(K kernel, int threads, int bytes, const char* name) {
 // side-by-side timing. D = 128 also runs the mma.sync kernel where the wgmma one's shared memory (which grows with
 // the gate's per-head column sums) does not fit the device.
 inline bool mma_main_forced() {
-  const char* e = std::getenv("PATHATTN_BWD_MAIN");
-  return e && std::strcmp(e, "mma") == 0;
+  static const bool mma = env::choice("PATHATTN_BWD_MAIN", {"wgmma", "mma"}, "wgmma") == "mma";
+  return mma;
 }
 inline bool fits_smem(int bytes) {
   int dev = 0, most = 0;
@@ -62,8 +61,8 @@ inline bool fits_smem(int bytes) {
 template <typename T>
 bool local_tf32() {
   static const int forced = [] {
-    const char* e = std::getenv("PATHATTN_BWD_LOCAL");
-    return !e ? -1 : std::strcmp(e, "tf32") == 0 ? 1 : std::strcmp(e, "3x") == 0 ? 0 : -1;
+    const std::string e = env::choice("PATHATTN_BWD_LOCAL", {"tf32", "3x"}, "");
+    return e.empty() ? -1 : e == "tf32" ? 1 : 0;
   }();
   return forced < 0 ? std::is_same_v<T, __nv_bfloat16> : forced == 1;
 }

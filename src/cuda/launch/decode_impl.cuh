@@ -3,10 +3,9 @@
 // parallel.
 #pragma once
 
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
+#include "common/env.h"
 #include "cuda/check.h"
 #include "cuda/kernels/decode.cuh"
 #include "cuda/kernels/decode_checkpoint.cuh"
@@ -16,17 +15,12 @@
 
 namespace pathattn::cuda {
 
-// Environment switches of the split kernel, read once: an unset variable means the default.
-inline bool env_switch(const char* name, bool dflt) {
-  const char* e = std::getenv(name);
-  if (e == nullptr || *e == '\0') return dflt;
-  return std::strcmp(e, "0") != 0;
-}
+// Environment switches of the split kernel (common/env.h: 0 or 1, unset for the default), read once.
 // The prefetching instances for the plain cache (kernels/decode.cuh, kPrefetch): on by default since they ran on
 // the H200 (eleventh session: 2-11% faster at B = 64, f32 cache 81-83% -> 82-90% of the copy bandwidth, bf16
 // 43-48% -> 45-50%; docs/perf/results.md); PATHATTN_DECODE_PREFETCH=0 selects the plain instances.
 inline bool decode_prefetch() {
-  static const bool on = env_switch("PATHATTN_DECODE_PREFETCH", true);
+  static const bool on = env::flag("PATHATTN_DECODE_PREFETCH", true);
   return on;
 }
 // The tensor-core split kernel for bf16 inputs with bf16 keys and values, plain or checkpointed cache
@@ -34,14 +28,14 @@ inline bool decode_prefetch() {
 // cache's step from 37-50% to 58-88% of the copy bandwidth at B >= 8, L >= 16k (1.5-1.9x faster; checkpointed,
 // 1.6-3.2x), memcheck and racecheck clean (docs/perf/results.md). PATHATTN_DECODE_MMA=0 selects the team kernel.
 inline bool decode_mma() {
-  static const bool on = env_switch("PATHATTN_DECODE_MMA", true);
+  static const bool on = env::flag("PATHATTN_DECODE_MMA", true);
   return on;
 }
 // The combine kernel as a programmatic dependent of the split kernel (kernels/common.cuh pdl_wait): its launch and
 // its blocks' start overlap the split kernel's last blocks, which at B = 1 (one wave of splits, a step of 16-40 us)
 // is a few microseconds a step. Opt-in, PATHATTN_DECODE_PDL=1, until it has run on the GPU (thirteenth session).
 inline bool decode_pdl() {
-  static const bool on = env_switch("PATHATTN_DECODE_PDL", false);
+  static const bool on = env::flag("PATHATTN_DECODE_PDL", false);
   return on;
 }
 // `kernel`<<<blocks, threads, 0, stream>>>(prm), allowed to start before the previous kernel on the stream ends (the
@@ -75,7 +69,7 @@ inline bool decode_split_is_mma(const DecodeParams& p, bool bf16_inputs) {
 // since it ran on the GPU (thirteenth session: 34/34 decode tests, sanitizers clean, the bf16 checkpointed step's
 // mean at D 128, B 64, 16k 1979 -> 1515 us). PATHATTN_DECODE_REFRESH_MMA=0 selects the CUDA-core refresh.
 inline bool decode_refresh_mma() {
-  static const bool on = env_switch("PATHATTN_DECODE_REFRESH_MMA", true);
+  static const bool on = env::flag("PATHATTN_DECODE_REFRESH_MMA", true);
   return on;
 }
 

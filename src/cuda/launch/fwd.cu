@@ -8,9 +8,9 @@
 // per SM) on the H200, which were 1.4-2.1x faster than the mma.sync kernel (docs/perf/results.md, "fourteenth
 // session" and "Forward at D = 128 on wgmma"). For the A/B of tools/gpu_check.sh fwd128, PATHATTN_FWD128=twoe
 // selects the two-E-slot instances and PATHATTN_FWD128=mma the mma.sync kernel, kernels/fwd.cuh.
-#include <cstdlib>
 #include <string>
 
+#include "common/env.h"
 #include "cuda/check.h"
 #include "cuda/kernels/fwd.cuh"
 #include "cuda/kernels/fwd_wgmma.cuh"
@@ -19,12 +19,9 @@
 
 namespace pathattn::cuda {
 
-// The D = 128 kernel PATHATTN_FWD128 names: "mma", "twoe", or anything else (unset): the default (one E slot).
+// The D = 128 kernel PATHATTN_FWD128 names: "onee" (unset: the default, one E slot), "twoe" or "mma".
 bool fwd128_is(const char* name) {
-  static const std::string chosen = [] {
-    const char* e = std::getenv("PATHATTN_FWD128");
-    return std::string(e ? e : "");
-  }();
+  static const std::string chosen = env::choice("PATHATTN_FWD128", {"onee", "twoe", "mma"}, "onee");
   return chosen == name;
 }
 
