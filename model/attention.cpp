@@ -179,8 +179,15 @@ torch::Tensor AttentionImpl::path(const torch::Tensor& q, const torch::Tensor& k
     cache->pos += T;
     return o;
   }
+  if (run_.sdpa_for_timing && cache == nullptr) {  // PathRunOptions::sdpa_for_timing: not PaTH (timing only)
+    auto zero = w.sum() + beta.sum();
+    if (g.defined()) zero = zero + g.sum();
+    const double scale = 1.0 / std::sqrt(static_cast<double>(D_));
+    auto o = softmax_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), {}, scale).transpose(1, 2);
+    return o + (0.0 * zero).to(o.scalar_type());
+  }
   const bool op_decode = cache != nullptr && op_decode_supported(q);
-  auto r = path_attention_call(q, k, v, w, beta, g, op_decode, deterministic_backward_);
+  auto r = path_attention_call(q, k, v, w, beta, g, op_decode, run_.deterministic_backward);
   if (cache) {  // prefill
     if (op_decode) {
       cache->path = op_decode_start(r.kcache.detach(), v.detach(), g.defined() ? g.detach() : g);

@@ -14,6 +14,18 @@
 
 namespace pathattn::model {
 
+// How a PaTH layer runs, beyond what the model is: a property of the run (not in ModelConfig, not saved).
+struct PathRunOptions {
+  // PaTH's backward on CUDA in the op's fixed summation order (true, the default: the same gradient bits on every
+  // run) or its faster atomic order (false; TrainConfig::deterministic).
+  bool deterministic_backward = true;
+  // Timing only (bench_step's path:sdpa rows): the op replaced by causal softmax attention on the same q, k, v (SDPA
+  // on CUDA; no gate bias), w, beta and g kept in the graph by a zero-weighted term so that their forward and
+  // backward still run. A step then costs all the PaTH layer does but the op: set beside the real rows, it splits
+  // PaTH's step time into the op and the rest. Wrong outputs by design: never for training.
+  bool sdpa_for_timing = false;
+};
+
 // Per-layer decoding state of one batch of sequences.
 struct LayerCache {
   int64_t pos = 0;  // number of cached positions L
@@ -68,10 +80,8 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor beta_of(const torch::Tensor& x);  // [B, T, H] f32
   torch::Tensor g_of(const torch::Tensor& x);     // [B, T, HQ] f32, <= 0; times D^-1/2 under gate_scale fla
 
-  // PaTH's backward on CUDA in the op's fixed summation order (true, the default: the same gradient bits on every
-  // run) or its faster atomic order (false). A property of the run, not of the model: not in ModelConfig, not saved.
-  void set_deterministic_backward(bool on) { deterministic_backward_ = on; }
-  bool deterministic_backward() const { return deterministic_backward_; }
+  void set_path_run_options(const PathRunOptions& o) { run_ = o; }
+  const PathRunOptions& path_run_options() const { return run_; }
 
  private:
   torch::Tensor path(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& x,
@@ -84,7 +94,7 @@ class AttentionImpl : public torch::nn::Module {
 
   ModelConfig cfg_;
   int64_t HQ_, H_, D_;
-  bool deterministic_backward_ = true;
+  PathRunOptions run_;
   // fla's names (python/pathattn/layer.py); w_proj is a Sequential (low rank: w_proj.0, w_proj.1) or one Linear.
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   torch::nn::Sequential w_proj{nullptr};

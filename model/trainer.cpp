@@ -204,7 +204,9 @@ TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, 
   if (cfg.device.is_cuda()) model->config().validate_on_cuda();
   model->to(cfg.device);
   model->train();
-  model->set_deterministic_backward(cfg.deterministic);
+  PathRunOptions run;  // a training run: the op itself (never the timing-only substitute)
+  run.deterministic_backward = cfg.deterministic;
+  model->set_path_run_options(run);
   torch::optim::AdamW opt(model->parameters(), adamw_options(cfg));
   const auto eval_sets = task.eval_sets(cfg.eval_size, cfg.seed + 7777);
   const fs::path out = cfg.out_dir;

@@ -50,7 +50,8 @@ struct TrainConfig {
   torch::Device device = torch::kCPU;
   Precision precision = Precision::f32;  // bf16: autocast over the f32 parameters (precision.h)
   // PaTH's CUDA backward: the fixed summation order (the same gradient bits on every run) or, false, the faster
-  // atomic order (docs/cuda.md; the flag does not change the CPU backward). Applied to the model by train().
+  // atomic order (docs/cuda.md; the flag does not change the CPU backward). Applied to the model by train()
+  // (PathRunOptions::deterministic_backward).
   bool deterministic = true;
   // The optimizer step on ATen's foreach kernels (optim_step.h: the same update, a few kernels per step instead of
   // ~11 per parameter tensor); false: torch::optim::AdamW::step and a clipping kernel per tensor, for comparison.

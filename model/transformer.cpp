@@ -47,12 +47,12 @@ int64_t TransformerImpl::num_parameters() const {
   return n;
 }
 
-void TransformerImpl::set_deterministic_backward(bool on) {
-  for (auto& b : blocks) b->attention().set_deterministic_backward(on);
+void TransformerImpl::set_path_run_options(const PathRunOptions& o) {
+  for (auto& b : blocks) b->attention().set_path_run_options(o);
 }
 
-bool TransformerImpl::deterministic_backward() const {
-  return blocks.empty() || blocks.front()->attention().deterministic_backward();
+PathRunOptions TransformerImpl::path_run_options() const {
+  return blocks.empty() ? PathRunOptions{} : blocks.front()->attention().path_run_options();
 }
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens, KVCache* cache) {

@@ -47,9 +47,9 @@ class TransformerImpl : public torch::nn::Module {
 
   const ModelConfig& config() const { return cfg_; }
   int64_t num_parameters() const;
-  // Every layer's AttentionImpl::set_deterministic_backward (the trainer sets it from TrainConfig::deterministic).
-  void set_deterministic_backward(bool on);
-  bool deterministic_backward() const;
+  // Every layer's PathRunOptions (attention.h; train() sets deterministic_backward from TrainConfig::deterministic).
+  void set_path_run_options(const PathRunOptions& o);
+  PathRunOptions path_run_options() const;
 
  private:
   ModelConfig cfg_;

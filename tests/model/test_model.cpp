@@ -207,14 +207,18 @@ TEST(Model, TinyFlipFlopRunBeatsChance) {
   EXPECT_LT(r.final_eval.error.at("in_dist"), test_tol::kTinyRunError);
 }
 
-// TrainConfig::deterministic reaches the model's PaTH calls (train() applies it; the default is the fixed order).
+// TrainConfig::deterministic reaches the model's PaTH calls (train() applies it; the default is the fixed order), and
+// train() always runs the op itself.
 TEST(Model, TrainAppliesTheBackwardMode) {
   FlipFlopConfig fc;
   fc.pairs = 4;
   auto task = make_flipflop(fc);
   torch::manual_seed(7);
   Transformer model(tiny(Mechanism::path, task->vocab()));
-  EXPECT_TRUE(model->deterministic_backward());
+  EXPECT_TRUE(model->path_run_options().deterministic_backward);
+  PathRunOptions timing;  // a leftover timing substitute must not survive into training
+  timing.sdpa_for_timing = true;
+  model->set_path_run_options(timing);
   TrainConfig tc;
   tc.steps = 1;
   tc.batch = 2;
@@ -224,10 +228,40 @@ TEST(Model, TrainAppliesTheBackwardMode) {
   tc.log_every = 0;
   tc.deterministic = false;
   train(model, *task, tc, "tiny");
-  EXPECT_FALSE(model->deterministic_backward());
+  EXPECT_FALSE(model->path_run_options().deterministic_backward);
+  EXPECT_FALSE(model->path_run_options().sdpa_for_timing);
   tc.deterministic = true;
   train(model, *task, tc, "tiny");
-  EXPECT_TRUE(model->deterministic_backward());
+  EXPECT_TRUE(model->path_run_options().deterministic_backward);
+}
+
+// PathRunOptions::sdpa_for_timing (bench_step's path:sdpa rows) is exactly softmax attention on the PaTH layer's own
+// q, k, v: the same logits as the nope model with the same projections, bit for bit (the zero-weighted term adds
+// 0); and w, beta and g stay in the graph, so their parameters get (zero) gradients and their backward runs.
+TEST(Model, SdpaForTimingIsSoftmaxOnThePathLayersProjections) {
+  for (auto m : {Mechanism::path, Mechanism::path_fox}) {
+    torch::manual_seed(3);
+    Transformer path_model(tiny(m));
+    Transformer nope(tiny(Mechanism::nope));
+    {
+      torch::NoGradGuard ng;
+      auto from = path_model->named_parameters();
+      for (auto& p : nope->named_parameters()) p.value().copy_(from[p.key()]);
+    }
+    PathRunOptions timing;
+    timing.sdpa_for_timing = true;
+    path_model->set_path_run_options(timing);
+    auto tokens = torch::randint(0, 11, {2, 9}, torch::kLong);
+    auto logits = path_model->forward(tokens);
+    EXPECT_TRUE(torch::equal(logits, nope->forward(tokens))) << label(m);
+    logits.square().sum().backward();
+    for (const auto& p : path_model->named_parameters()) {
+      const bool path_only = p.key().find("w_proj") != std::string::npos || p.key().find("w_conv1d") != std::string::npos ||
+                             p.key().find("bt_proj") != std::string::npos || p.key().find("g_proj") != std::string::npos;
+      ASSERT_TRUE(p.value().grad().defined()) << label(m) << ": " << p.key();
+      if (path_only) EXPECT_EQ(p.value().grad().abs().max().item<double>(), 0.0) << label(m) << ": " << p.key();
+    }
+  }
 }
 
 // Training 12 steps straight equals 6 steps, a checkpoint, and 6 more steps after a resume.

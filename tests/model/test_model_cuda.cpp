@@ -215,7 +215,7 @@ TEST_P(ModelCudaDecode, GreedyGenerationMatchesRepeatedFullForward) {
   }
 }
 
-// The model's training step with PaTH's fast CUDA backward (Transformer::set_deterministic_backward(false), the
+// The model's training step with PaTH's fast CUDA backward (PathRunOptions::deterministic_backward = false, the
 // trainer's --deterministic false): every parameter's gradient equals the deterministic one's to the summation-order
 // rule (tests/tolerances.h kSummationOrderBf16, relative L2 over all parameters together); on the CPU, where the flag
 // changes nothing, the same bits. T = 200: four chunks, the last one partial.
@@ -232,8 +232,9 @@ TEST_P(ModelCudaTrain, FastBackwardEqualsTheDeterministicOneToRounding) {
     auto tokens = torch::randint(0, model->config().vocab, {2, 201}, torch::kLong).to(dev);
     auto input = tokens.narrow(1, 0, 200), target = tokens.narrow(1, 1, 200);
     auto grads = [&](bool det) {
-      model->set_deterministic_backward(det);
-      EXPECT_EQ(model->deterministic_backward(), det) << what;
+      PathRunOptions run;
+      run.deterministic_backward = det;
+      model->set_path_run_options(run);
       model->zero_grad();
       torch::Tensor loss;
       {
