@@ -219,13 +219,7 @@ TEST(Model, TrainAppliesTheBackwardMode) {
   PathRunOptions timing;  // a leftover timing substitute must not survive into training
   timing.sdpa_for_timing = true;
   model->set_path_run_options(timing);
-  TrainConfig tc;
-  tc.steps = 1;
-  tc.batch = 2;
-  tc.warmup = 0;
-  tc.eval_every = 0;
-  tc.eval_size = 4;
-  tc.log_every = 0;
+  TrainConfig tc = short_train(1, 2, 4);
   tc.deterministic = false;
   train(model, *task, tc, "tiny");
   EXPECT_FALSE(model->path_run_options().deterministic_backward);
