@@ -74,6 +74,9 @@ int main(int argc, char** argv) {
                  "PaTH's CUDA backward in its fixed summation order (true: the same gradient bits on every run) or its "
                  "faster atomic order (false); the flag does not change the CPU backward")
       ->capture_default_str();
+  app.add_flag("--torch-deterministic", tc.torch_deterministic,
+               "the rest of a CUDA step deterministic too (torch's deterministic algorithms, warn-only, and "
+               "CUBLAS_WORKSPACE_CONFIG=:4096:8): with --deterministic true, a run repeats bit for bit");
   app.add_option("--threads", threads, "CPU threads (0: all hardware threads)")->capture_default_str();
   app.add_option("--ff-pairs", task_cfg.flipflop.pairs, "flip-flop: instruction-bit pairs per sequence")->capture_default_str();
   app.add_option("--ff-p-ignore", task_cfg.flipflop.p_ignore, "flip-flop: training p(ignore)")->capture_default_str();
@@ -130,7 +133,8 @@ int main(int argc, char** argv) {
          << "  \"data\": \"" << task->data_state() << "\", \"init_from\": \"" << tc.init_from << "\",\n"
          << "  \"threads\": " << at::get_num_threads() << ", \"device\": \""
          << device << "\", \"precision\": \"" << precision_name(tc.precision)
-         << "\", \"deterministic\": " << (tc.deterministic ? "true" : "false") << ",\n  \"train_seconds\": "
+         << "\", \"deterministic\": " << (tc.deterministic ? "true" : "false")
+         << ", \"torch_deterministic\": " << (tc.torch_deterministic ? "true" : "false") << ",\n  \"train_seconds\": "
          << r.seconds << ", \"final_train_loss\": "
          << json_num(r.final_train_loss) << ",\n  \"error\": {";
       bool first = true;

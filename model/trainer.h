@@ -53,6 +53,12 @@ struct TrainConfig {
   // atomic order (docs/cuda.md; the flag does not change the CPU backward). Applied to the model by train()
   // (PathRunOptions::deterministic_backward).
   bool deterministic = true;
+  // The rest of a CUDA step deterministic too, for runs that must repeat bit for bit (with `deterministic`: the same
+  // seed, GPU and software give the same weights): while train() runs, torch's deterministic algorithms
+  // (warn-only: an op without a deterministic kernel warns and runs; the boolean-mask loss's backward and the
+  // embedding's take their sorted, atomic-free paths) and cuBLAS's fixed workspace (CUBLAS_WORKSPACE_CONFIG=:4096:8
+  // unless already set; it must precede the process's first cuBLAS call). Off by default: slower, and process-wide.
+  bool torch_deterministic = false;
   // The optimizer step on ATen's foreach kernels (optim_step.h: the same update, a few kernels per step instead of
   // ~11 per parameter tensor); false: torch::optim::AdamW::step and a clipping kernel per tensor, for comparison.
   bool foreach_step = true;

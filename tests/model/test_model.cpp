@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -227,6 +228,35 @@ TEST(Model, TrainAppliesTheBackwardMode) {
   tc.deterministic = true;
   train(model, *task, tc, "tiny");
   EXPECT_TRUE(model->path_run_options().deterministic_backward);
+}
+
+// TrainConfig::torch_deterministic: cuBLAS's fixed workspace in the environment, torch's switch restored after
+// train(), and two runs from one seed give the same weights (one thread: the CPU backward's bits depend on how its
+// work is split). On CUDA, where the switch matters, test_model_cuda's ModelCudaTrain repeats a run bit for bit.
+TEST(Model, TorchDeterministicRunRestoresTheSwitch) {
+  FlipFlopConfig fc;
+  fc.pairs = 8;
+  auto task = make_flipflop(fc);
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  auto run = [&] {
+    torch::manual_seed(5);
+    Transformer model(tiny(Mechanism::path, task->vocab()));
+    TrainConfig tc = short_train(3, 2, 4);
+    tc.torch_deterministic = true;
+    train(model, *task, tc, "tiny");
+    std::vector<torch::Tensor> p;
+    for (const auto& t : model->parameters()) p.push_back(t.detach().flatten());
+    return torch::cat(p);
+  };
+  ASSERT_FALSE(at::globalContext().deterministicAlgorithms());
+  const auto a = run(), b = run();
+  at::set_num_threads(threads);
+  EXPECT_TRUE(torch::equal(a, b));
+  EXPECT_FALSE(at::globalContext().deterministicAlgorithms()) << "train() must restore torch's switch";
+  const char* ws = std::getenv("CUBLAS_WORKSPACE_CONFIG");
+  ASSERT_NE(ws, nullptr);
+  EXPECT_STREQ(ws, ":4096:8");
 }
 
 // PathRunOptions::sdpa_for_timing (bench_step's path:sdpa rows) is exactly softmax attention on the PaTH layer's own

@@ -1,10 +1,10 @@
-// The model's PaTH decoding on CUDA (label gpu; run by tools/gpu_check.sh torch): with a KV cache the layer and the
-// model decode through the op's CUDA decode kernels (the cache on the device, no re-run of the sequence), and their
-// outputs equal the full forward's by FlashAttention's rule against the same model in f64; greedy generation equals
-// the argmax of repeated full forwards; a training step's gradients with PaTH's fast backward equal the deterministic
-// one's to rounding (ModelCudaTrain). The CUDA cases skip without a CUDA device. Each test also has a CPU
-// instance (f32 and bf16 autocast through the CPU decode) with the same steps and checks, so that the test's logic
-// runs on a machine without a GPU (./test_model_cuda there).
+// The model on CUDA (label gpu; run by tools/gpu_check.sh torch). Decoding: with a KV cache the layer and the model
+// decode through the op's CUDA decode kernels (the cache on the device, no re-run of the sequence), and their outputs
+// equal the full forward's by FlashAttention's rule against the same model in f64; greedy generation equals the argmax
+// of repeated full forwards (ModelCudaDecode). Training: a step's gradients with PaTH's fast backward equal the
+// deterministic one's to rounding, and a run with torch's deterministic switch repeats bit for bit (ModelCudaTrain).
+// The CUDA cases skip without a CUDA device. Each test also has CPU instances (f32 and bf16 autocast) with the same
+// steps and checks, so that the test's logic runs on a machine without a GPU (./test_model_cuda there).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include "precision.h"
 #include "tolerances.h"
 #include "tolerances_model.h"
+#include "trainer.h"
 #include "transformer.h"
 #if __has_include("generate.h")
 #include "generate.h"  // generate() moves there with the model's generation work; before, transformer.h declares it
@@ -260,6 +261,44 @@ TEST_P(ModelCudaTrain, FastBackwardEqualsTheDeterministicOneToRounding) {
     } else {
       EXPECT_LE(rel_err(fast, det), tol::kSummationOrderBf16) << what;
     }
+  }
+}
+
+// TrainConfig::torch_deterministic with the op's deterministic backward: two training runs from one seed end with
+// the same weights, bit for bit (4 steps of a flip-flop model, PaTH and PaTH-FoX, GQA). Without the switch a CUDA run
+// does not repeat (torch's boolean-mask loss and embedding backward add with atomics; docs/results/synthetic).
+TEST_P(ModelCudaTrain, TorchDeterministicRunRepeatsBitForBit) {
+  const torch::Device dev = device();
+  FlipFlopConfig fc;
+  fc.pairs = 100;  // 199 tokens: four chunks, the last one partial
+  auto task = make_flipflop(fc);
+  for (auto m : {Mechanism::path, Mechanism::path_fox}) {
+    const std::string what = std::string(mechanism_name(m)) + " on " + dev.str() + ", " + precision_name(precision());
+    auto run = [&] {
+      torch::manual_seed(9);
+      ModelConfig cfg = config(m);
+      cfg.vocab = task->vocab();
+      Transformer model(cfg);
+      TrainConfig tc;
+      tc.steps = 4;
+      tc.batch = 4;
+      tc.warmup = 1;
+      tc.eval_every = 0;
+      tc.eval_size = 8;
+      tc.log_every = 0;
+      tc.device = dev;
+      tc.precision = precision();
+      tc.torch_deterministic = true;
+      train(model, *task, tc, "repeat");
+      std::vector<torch::Tensor> p;
+      for (const auto& t : model->parameters()) p.push_back(t.detach().to(torch::kCPU).flatten());
+      return torch::cat(p);
+    };
+    const int threads = at::get_num_threads();
+    if (dev.is_cpu()) at::set_num_threads(1);  // the CPU backward's bits depend on how its work is split
+    const auto a = run(), b = run();
+    at::set_num_threads(threads);
+    EXPECT_TRUE(torch::equal(a, b)) << what << ": max difference " << (a - b).abs().max().item<double>();
   }
 }
 
