@@ -4,7 +4,8 @@
 // optimizer. The mechanisms' steps are interleaved (step i of every mechanism before step i + 1) so that clock or
 // thermal drift during the run hits all of them alike. Prints a table; --csv writes it too.
 //
-//   bench_step                          # GPU default: path, path:fast, path:sdpa, path-fox, rope; width 768, 12 layers, 12 heads (D 64),
+//   bench_step                          # GPU default: path, path:fast, path:sdpa, path:repro, path-fox, rope; width 768,
+//                                       # 12 layers, 12 heads (D 64),
 //                                       # vocab 8192 (about 98M parameters), T 4096, batch 8, bf16
 //   bench_step --device cpu --width 64 --layers 2 --heads 2 --T 128 --batch 2 --steps 2   # the CPU smoke test
 //   bench_step ... --data-task mqrar --T 767     # also times drawing one batch of the task's training data (on the
@@ -15,7 +16,8 @@
 // ":sdpa" (path:sdpa, path-fox:sdpa) is for timing only: the PaTH layers with the op replaced by SDPA on the same
 // q, k, v (PathRunOptions::sdpa_for_timing, model/attention.h), so that path - path:sdpa is what the op costs in a
 // step and path:sdpa - rope what the rest of the PaTH layer (w projection, short convolution, norms, beta) costs
-// beyond RoPE's rotation.
+// beyond RoPE's rotation. ":repro" (any mechanism: path:repro, rope:repro) times the step under the trainer's
+// --torch-deterministic (TorchDeterminismGuard around that row's steps): what a bit-reproducible run costs.
 //
 // --data-task flipflop|a5|mqrar: the task with its default options except the length, which --T sets (a5 length T,
 // flip-flop (T + 1) / 2 pairs, MQRAR length T + 1), drawn as the trainer draws it (draw_batch, --batch sequences);
@@ -43,7 +45,7 @@ using namespace pathattn::model;
 namespace {
 
 struct Options {
-  std::string mechanisms = "path,path:fast,path:sdpa,path-fox,rope";
+  std::string mechanisms = "path,path:fast,path:sdpa,path:repro,path-fox,rope";
   int64_t width = 768, layers = 12, heads = 12, mlp = 0, vocab = 8192, T = 4096, batch = 8;
   int64_t warmup = 3, steps = 10, threads = 0, seed = 1;
   double lr = 3e-4;
@@ -81,7 +83,8 @@ bool parse(int argc, char** argv, Options& o) {
       std::cerr << "options (--name value):";
       for (const auto& [n, f] : set) std::cerr << " " << n;
       std::cerr << "\n  --mechanisms: comma list of path, path-fox, rope, fox, nope (path and path-fox also with "
-                   ":fast, the fast backward, or :sdpa, SDPA in place of the op, for timing); --device auto|cpu|cuda; "
+                   ":fast, the fast backward, or :sdpa, SDPA in place of the op, for timing; any with :repro, the "
+                   "trainer's --torch-deterministic); --device auto|cpu|cuda; "
                    "--precision auto|f32|bf16; --mlp 0: 8/3 width; --data-task flipflop|a5|mqrar; --optim "
                    "foreach|loop (the optimizer step on foreach kernels, the trainer's, or torch's per-tensor one)\n";
       return false;
@@ -115,6 +118,7 @@ struct Run {
   int64_t params = 0;
   Transformer model{nullptr};
   std::unique_ptr<torch::optim::AdamW> opt;
+  bool repro = false;      // the :repro mode: steps under TorchDeterminismGuard
   std::vector<double> ms;  // timed steps
   double loss = NAN;       // after the last step
   std::string error;       // set when a step threw; the run is dropped from then on
@@ -156,9 +160,10 @@ int main(int argc, char** argv) {
     for (const auto& entry : split(o.mechanisms)) {
       const size_t colon = entry.find(':');
       const std::string m = entry.substr(0, colon), mode = colon == std::string::npos ? "" : entry.substr(colon + 1);
-      if (!mode.empty() && ((mode != "fast" && mode != "sdpa") || !uses_path(parse_mechanism(m))))
+      const bool path_mode = mode == "fast" || mode == "sdpa";
+      if (!mode.empty() && mode != "repro" && !(path_mode && uses_path(parse_mechanism(m))))
         throw std::invalid_argument("--mechanisms: '" + entry +
-                                    "': only path and path-fox take a mode, ':fast' or ':sdpa'");
+                                    "': modes are ':repro' (any mechanism) and ':fast', ':sdpa' (path, path-fox)");
       ModelConfig mc;
       mc.vocab = o.vocab;
       mc.n_layer = o.layers;
@@ -169,6 +174,7 @@ int main(int argc, char** argv) {
       torch::manual_seed(static_cast<uint64_t>(o.seed));
       Run r;
       r.name = entry;
+      r.repro = mode == "repro";
       r.model = Transformer(mc);
       PathRunOptions run;
       run.deterministic_backward = mode != "fast";
@@ -194,6 +200,7 @@ int main(int argc, char** argv) {
       for (auto& r : runs) {
         if (!r.error.empty()) continue;
         try {
+          const TorchDeterminismGuard determinism(r.repro);
           sync();
           const auto t0 = std::chrono::steady_clock::now();
           auto loss = train_step(r.model, *r.opt, batch, tc);

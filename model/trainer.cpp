@@ -16,6 +16,18 @@ namespace pathattn::model {
 
 namespace fs = std::filesystem;
 
+TorchDeterminismGuard::TorchDeterminismGuard(bool on) : on_(on) {
+  if (!on_) return;
+  prev_ = at::globalContext().deterministicAlgorithms();
+  prev_warn_only_ = at::globalContext().deterministicAlgorithmsWarnOnly();
+  setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+}
+
+TorchDeterminismGuard::~TorchDeterminismGuard() {
+  if (on_) at::globalContext().setDeterministicAlgorithms(prev_, prev_warn_only_);
+}
+
 double lr_at(const TrainConfig& cfg, int64_t step) {
   if (cfg.warmup > 0 && step < cfg.warmup) return cfg.lr * (step + 1) / cfg.warmup;
   const double span = std::max<int64_t>(1, cfg.steps - cfg.warmup);
@@ -30,27 +42,6 @@ torch::Tensor masked_loss(const torch::Tensor& logits, const Batch& b) {
 }
 
 namespace {
-
-// TrainConfig::torch_deterministic for the duration of train(): torch's global switch set, and restored on exit
-// (train() may be one call among others in a process, e.g. the tests).
-class TorchDeterminism {
- public:
-  explicit TorchDeterminism(bool on) : on_(on) {
-    if (!on_) return;
-    prev_ = at::globalContext().deterministicAlgorithms();
-    prev_warn_only_ = at::globalContext().deterministicAlgorithmsWarnOnly();
-    setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
-    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
-  }
-  ~TorchDeterminism() {
-    if (on_) at::globalContext().setDeterministicAlgorithms(prev_, prev_warn_only_);
-  }
-  TorchDeterminism(const TorchDeterminism&) = delete;
-  TorchDeterminism& operator=(const TorchDeterminism&) = delete;
-
- private:
-  bool on_, prev_ = false, prev_warn_only_ = false;
-};
 
 // To a GPU through pinned memory without waiting (a blocking copy from pageable memory synchronises the stream,
 // which would stall the host's launches of the step behind the GPU's work on the previous one).
@@ -224,7 +215,7 @@ TrainResult train(Transformer& model, const Task& task, const TrainConfig& cfg, 
     throw std::invalid_argument("stop_seq_error: expected -1 (off) for a language model (task " + task.name() +
                                 "), whose windows have no sequence error");
   if (cfg.device.is_cuda()) model->config().validate_on_cuda();
-  const TorchDeterminism torch_determinism(cfg.torch_deterministic);
+  const TorchDeterminismGuard torch_determinism(cfg.torch_deterministic);
   model->to(cfg.device);
   model->train();
   PathRunOptions run;  // a training run: the op itself (never the timing-only substitute)

@@ -64,6 +64,20 @@ struct TrainConfig {
   bool foreach_step = true;
 };
 
+// TrainConfig::torch_deterministic while alive (train() holds one; bench_step's :repro rows too): torch's
+// deterministic algorithms on (warn-only), CUBLAS_WORKSPACE_CONFIG=:4096:8 unless set; torch's switch is restored on
+// exit (a process may run other work after).
+class TorchDeterminismGuard {
+ public:
+  explicit TorchDeterminismGuard(bool on);
+  ~TorchDeterminismGuard();
+  TorchDeterminismGuard(const TorchDeterminismGuard&) = delete;
+  TorchDeterminismGuard& operator=(const TorchDeterminismGuard&) = delete;
+
+ private:
+  bool on_, prev_ = false, prev_warn_only_ = false;
+};
+
 struct EvalResult {
   std::map<std::string, double> error;  // per set: fraction of scored positions predicted wrong
   std::map<std::string, double> loss;   // per set: mean cross entropy over scored positions
