@@ -4,9 +4,9 @@
 // optimizer. The mechanisms' steps are interleaved (step i of every mechanism before step i + 1) so that clock or
 // thermal drift during the run hits all of them alike. Prints a table; --csv writes it too.
 //
-//   bench_step                          # GPU default: path, path:fast, path:sdpa, path:repro, path-fox, rope; width 768,
-//                                       # 12 layers, 12 heads (D 64),
-//                                       # vocab 8192 (about 98M parameters), T 4096, batch 8, bf16
+//   bench_step                          # GPU default: path, path:fast, path:sdpa, path:repro, path-fox, rope;
+//                                       # width 768, 12 layers, 12 heads (D 64), vocab 8192 (about 98M
+//                                       # parameters), T 4096, batch 8, bf16
 //   bench_step --device cpu --width 64 --layers 2 --heads 2 --T 128 --batch 2 --steps 2   # the CPU smoke test
 //   bench_step ... --data-task mqrar --T 767     # also times drawing one batch of the task's training data (on the
 //                                                # host, then moved to the device): a row "data:mqrar"

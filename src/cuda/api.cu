@@ -350,8 +350,8 @@ void backward(const Problem& p, const Inputs& in, const TensorView& o, const Ten
   const std::vector<Segment> segs = sequences(p, in, stream);
   int64_t longest = 0;
   for (const Segment& s : segs) longest = std::max(longest, s.len);
-  const int pair_group =
-      static_cast<int>(env::integer("PATHATTN_BWD_PAIR_GROUP", bwd_pair_group(longest), 1, std::numeric_limits<int>::max()));
+  const int pair_group = static_cast<int>(
+      env::integer("PATHATTN_BWD_PAIR_GROUP", bwd_pair_group(longest), 1, std::numeric_limits<int>::max()));
   const BwdGrid resident =
       backward_grid(p.dtype, static_cast<int>(p.D), p.has_gate, in.deterministic, static_cast<int>(p.group));
   // Within the scratch limit: groups of kv heads in turn (common/head_slices.h), each its own call. The sums
