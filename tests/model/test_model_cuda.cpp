@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "precision.h"
+#include "test_util.h"
 #include "tolerances.h"
 #include "tolerances_model.h"
 #include "trainer.h"
@@ -279,13 +280,7 @@ TEST_P(ModelCudaTrain, TorchDeterministicRunRepeatsBitForBit) {
       ModelConfig cfg = config(m);
       cfg.vocab = task->vocab();
       Transformer model(cfg);
-      TrainConfig tc;
-      tc.steps = 4;
-      tc.batch = 4;
-      tc.warmup = 1;
-      tc.eval_every = 0;
-      tc.eval_size = 8;
-      tc.log_every = 0;
+      TrainConfig tc = test_util::short_train(4, 4, 8);
       tc.device = dev;
       tc.precision = precision();
       tc.torch_deterministic = true;
