@@ -15,6 +15,8 @@
 #          the new (B = 1 bf16 at PATHATTN_DECODE_BLOCKS_PER_SM=2, B = 8 at PATHATTN_DECODE_SPLITS=17), then the
 #          f32 checkpointed cache with period DECODE_CKPT_PERIOD, default 64; DECODE_SKIP_CKPT=1 skips it;
 #          DECODE_SAN_FILTER: the sanitizers' gtest filter)
+#          CHUNK_DECODE=1 (any mode that builds the tests; decode mode always): the chunked decode for calls of several
+#          tokens (PATHATTN_DECODE_CHUNK=1, kernels/decode_chunk.cuh): its tests, sanitizers, bench_decode_cuda --tokens
 #   ncu:   the gpu tests, then Nsight Compute on one 32 x 4096 (H 32, D 64) forward: each kernel once
 #   bwd:   the gpu tests, bench_fwd --bwd with per-stage times (PATHATTN_CUDA_PROFILE=1), then Nsight Compute on
 #          one backward's bwd_main and bwd_local (NCU_SHAPE, default 32,4096,32,64); no baselines; SANITIZE=1 adds the
@@ -213,6 +215,32 @@ if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ] || [ "$MODE" =
     run_sanitizers
   fi
 fi
+# The chunked decode (kernels/decode_chunk.cuh; PATHATTN_DECODE_CHUNK=1, opt-in until it has run here): the decode
+# tests with it (every call of several tokens takes it; the chunked bf16-key cases run only with it), memcheck +
+# racecheck on the chunked cases and the graph replays, then bench_decode_cuda --tokens S with and without it on a
+# few shapes (CHUNK_SHAPES, CHUNK_TOKENS). CHUNK_DECODE=1 runs it in any mode that builds the tests; decode mode always.
+chunk_decode_checks() {
+  local t0 rc shape S on
+  t0=$(date +%s)
+  PATHATTN_DECODE_CHUNK=1 build-gpu/tests/cuda/test_cuda_decode > "$OUT/tests_decode_chunk.log" 2>&1
+  note "decode gpu tests, PATHATTN_DECODE_CHUNK=1: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_decode_chunk.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
+  grep -E "^\[  FAILED  \]|ratio to bound [1-9]|Failure|Expected|Which is" "$OUT/tests_decode_chunk.log" | head -30 | tee -a "$SUMMARY"
+  PATHATTN_DECODE_CHUNK=1 sanitize decode_chunk build-gpu/tests/cuda/test_cuda_decode \
+    '*chunked*:CudaDecode.*:*CudaDecodeGraph*' 300
+  for shape in ${CHUNK_SHAPES:-1,16384,64 8,16384,64 64,4096,64 1,65536,128 8,16384,128}; do
+    for S in ${CHUNK_TOKENS:-4 16 64}; do
+      for on in 0 1; do
+        PATHATTN_DECODE_CHUNK=$on timeout 120 build-gpu/bench/cuda/bench_decode_cuda --shape "$shape" --tokens "$S" \
+          --iters 10 > "$OUT/bench_decode_chunk.log" 2>&1
+        rc=$?
+        note "bench_decode_cuda --tokens $S, PATHATTN_DECODE_CHUNK=$on (rc=$rc):$(grep -E '^ +[0-9]' "$OUT/bench_decode_chunk.log" | tail -1)"
+      done
+    done
+  done
+}
+if [ "${CHUNK_DECODE:-0}" = 1 ] || [ "$MODE" = decode ]; then
+  [ "$MODE" = ab ] && [ "${AB_TESTS:-0}" != 1 ] || chunk_decode_checks
+fi
 if [ "$MODE" = decode ]; then
   t0=$(date +%s)
   (cd build-gpu && ctest -L gpu -R CudaDecode -j 8 --output-on-failure --timeout 400) > "$OUT/tests_decode.log" 2>&1
@@ -220,7 +248,7 @@ if [ "$MODE" = decode ]; then
   grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess)" "$OUT/tests_decode.log" | head -20 | tee -a "$SUMMARY"
   build-gpu/tests/cuda/test_cuda_decode > "$OUT/errors_decode.log" 2>&1 || true
   sanitize decode build-gpu/tests/cuda/test_cuda_decode \
-    "${DECODE_SAN_FILTER:-*D64_bf16_gate_p0x1x77*:*HQ16_D128*:*kbf16_vlow:*chunked*:CudaDecode.*:CudaDecodeErrors.*}" 400
+    "${DECODE_SAN_FILTER:-*D64_bf16_gate_p0x1x77*:*HQ16_D128*:*kbf16_vlow:*chunked*:CudaDecode.*:*CudaDecodeGraph*:CudaDecodeErrors.*}" 400
   # The split kernel's plain instances (PATHATTN_DECODE_PREFETCH=0; the prefetching ones are the default since the
   # eleventh session): the same tests.
   t0=$(date +%s)
@@ -233,7 +261,7 @@ if [ "$MODE" = decode ]; then
   PATHATTN_DECODE_MMA=0 build-gpu/tests/cuda/test_cuda_decode > "$OUT/tests_decode_team.log" 2>&1
   note "decode gpu tests, PATHATTN_DECODE_MMA=0: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_decode_team.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
   grep -E "^\[  FAILED  \]|ratio to bound [1-9]" "$OUT/tests_decode_team.log" | head -20 | tee -a "$SUMMARY"
-  PATHATTN_DECODE_MMA=0 sanitize decode_team build-gpu/tests/cuda/test_cuda_decode '*bf16*kbf16_vlow:*bf16*kbf16_vlow_ckpt*:CudaDecode.*' 300
+  PATHATTN_DECODE_MMA=0 sanitize decode_team build-gpu/tests/cuda/test_cuda_decode '*bf16*kbf16_vlow:*bf16*kbf16_vlow_ckpt*:CudaDecode.*:*CudaDecodeGraph*' 300
   # The checkpointed cache's refresh on the CUDA cores for bf16 keys (PATHATTN_DECODE_REFRESH_MMA=0; the tensor-core
   # refresh, kernels/decode_refresh_mma.cuh, is the default): the same tests (its three bf16-key checkpointed cases
   # refresh 2-4 times each), the sanitizers on the checkpointed cases.
@@ -250,7 +278,7 @@ if [ "$MODE" = decode ]; then
   grep -E "^\[  FAILED  \]|ratio to bound [1-9]" "$OUT/tests_decode_pdl.log" | head -20 | tee -a "$SUMMARY"
   t0=$(date +%s)
   PATHATTN_DECODE_PDL=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 build-gpu/tests/cuda/test_cuda_decode \
-    --gtest_filter="${DECODE_SAN_FILTER:-*D64_bf16_gate_p0x1x77*:*HQ16_D128*:*kbf16_vlow:*chunked*:CudaDecode.*:CudaDecodeErrors.*}" \
+    --gtest_filter="${DECODE_SAN_FILTER:-*D64_bf16_gate_p0x1x77*:*HQ16_D128*:*kbf16_vlow:*chunked*:CudaDecode.*:*CudaDecodeGraph*:CudaDecodeErrors.*}" \
     > "$OUT/sanitizer_decode_pdl_memcheck.log" 2>&1
   note "compute-sanitizer memcheck (decode, PATHATTN_DECODE_PDL=1): rc=$?, $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer_decode_pdl_memcheck.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
   t0=$(date +%s)

@@ -19,8 +19,13 @@
 // --cache bf16: bf16 keys and values (the layer's low-precision cache): half the bytes of every row, so the bytes
 // per element pair are 6 (plain) and 4 + 4 / P (checkpointed).
 //
+// --tokens S: S new tokens per call (speculative decoding's verification step): the columns are per call, and the
+// bytes count one pass over the cache per 64 tokens (the chunked call, PATHATTN_DECODE_CHUNK=1,
+// kernels/decode_chunk.cuh; S single steps make S passes, so their % of the ceiling reads S / ceil(S / 64) times
+// too high: compare the us columns). us/token = graph us / S.
+//
 //   bench_decode_cuda [--iters N] [--only D] [--H H] [--HQ HQ] [--gate] [--max-gb G] [--shape B,L,D] [--ckpt P]
-//                     [--cache f32|bf16]
+//                     [--cache f32|bf16] [--tokens S]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -68,7 +73,7 @@ double median(std::vector<float> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int iters = 50, only_d = 0, H = 8, HQ = 32, ckpt_period = 0;
+  int iters = 50, only_d = 0, H = 8, HQ = 32, ckpt_period = 0, S = 1;
   bool gate = false, bf16_cache = false;
   double max_gb = 80;
   Shape one{0, 0, 0};
@@ -80,6 +85,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--gate")) gate = true;
     else if (!std::strcmp(argv[i], "--max-gb") && i + 1 < argc) max_gb = std::atof(argv[++i]);
     else if (!std::strcmp(argv[i], "--ckpt") && i + 1 < argc) ckpt_period = std::max(1, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) S = std::clamp(std::atoi(argv[++i]), 1, 1024);
     else if (!std::strcmp(argv[i], "--cache") && i + 1 < argc) {
       const char* c = argv[++i];
       if (std::strcmp(c, "f32") && std::strcmp(c, "bf16")) {
@@ -107,10 +113,14 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
   const int eb = bf16_cache ? 2 : 4;  // bytes per cache element (keys and values alike)
-  std::printf("# bench_decode_cuda on %s (%d SMs): one decoding step, bf16 q/k/v, %s cache, H = %d, HQ = %d, %s, "
-              "median of %d steps\n",
-              prop.name, prop.multiProcessorCount, bf16_cache ? "bf16" : "f32", H, HQ,
-              gate ? "gate (f64 gcum)" : "no gate", iters);
+  std::printf("# bench_decode_cuda on %s (%d SMs): one decoding call of %d token(s), bf16 q/k/v, %s cache, H = %d, "
+              "HQ = %d, %s, median of %d calls%s\n",
+              prop.name, prop.multiProcessorCount, S, bf16_cache ? "bf16" : "f32", H, HQ,
+              gate ? "gate (f64 gcum)" : "no gate", iters,
+              S > 1 ? (std::getenv("PATHATTN_DECODE_CHUNK") && !std::strcmp(std::getenv("PATHATTN_DECODE_CHUNK"), "1")
+                           ? ", chunked (PATHATTN_DECODE_CHUNK=1)"
+                           : ", single steps")
+                    : "");
   if (ckpt_period)
     std::printf("# checkpointed cache, period %d: bytes = B L H D x (%d + %d / %d) (old k read, v read, one rewrite per "
                 "period); graph us = the mean over the replays; %% of the %.1f TB/s copy ceiling\n",
@@ -118,7 +128,8 @@ int main(int argc, char** argv) {
   else
     std::printf("# bytes = B L H D x %d (cache k read + write, v read); %% of the %.1f TB/s copy ceiling\n", 3 * eb,
                 kCopyTBs);
-  std::printf("%4s %4s %7s %9s %11s %11s %10s %8s\n", "D", "B", "L", "cache MB", "eager us", "graph us", "TB/s", "%ceil");
+  std::printf("%4s %4s %7s %9s %11s %11s %10s %8s %9s\n", "D", "B", "L", "cache MB", "eager us", "graph us", "TB/s",
+              "%ceil", "us/token");
 
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -129,7 +140,7 @@ int main(int argc, char** argv) {
   std::size_t ws_bytes = 0;
 
   for (const Shape& s : shapes) {
-    const int64_t B = s.B, L = s.L, D = s.D, Tmax = L + 2 * iters + 8;  // room for every timed step
+    const int64_t B = s.B, L = s.L, D = s.D, Tmax = L + S * (2 * iters + 8);  // room for every timed call
     const double cache_bytes = double(B) * Tmax * H * D * eb * 2;
     if (cache_bytes > max_gb * 1e9) {
       std::printf("%4d %4d %7d %9.0f   skipped: cache above --max-gb %.0f\n", s.D, s.B, s.L, cache_bytes / 1e6, max_gb);
@@ -143,13 +154,13 @@ int main(int argc, char** argv) {
     CHECK(cudaMalloc(&ck, B * Tmax * H * D * eb));
     CHECK(cudaMalloc(&cv, B * Tmax * H * D * eb));
     CHECK(cudaMalloc(&len, B * 4));
-    CHECK(cudaMalloc(&q, B * HQ * D * 2));
-    CHECK(cudaMalloc(&k, B * H * D * 2));
-    CHECK(cudaMalloc(&v, B * H * D * 2));
-    CHECK(cudaMalloc(&w, B * H * D * 4));
-    CHECK(cudaMalloc(&beta, B * H * 4));
-    CHECK(cudaMalloc(&o, B * HQ * D * 2));
-    CHECK(cudaMalloc(&lse, B * HQ * 4));
+    CHECK(cudaMalloc(&q, B * S * HQ * D * 2));
+    CHECK(cudaMalloc(&k, B * S * H * D * 2));
+    CHECK(cudaMalloc(&v, B * S * H * D * 2));
+    CHECK(cudaMalloc(&w, B * S * H * D * 4));
+    CHECK(cudaMalloc(&beta, B * S * H * 4));
+    CHECK(cudaMalloc(&o, B * S * HQ * D * 2));
+    CHECK(cudaMalloc(&lse, B * S * HQ * 4));
     if (bf16_cache) {
       fill_bf16<<<4096, 256>>>(static_cast<__nv_bfloat16*>(ck), B * Tmax * H * D, 1, 0.3f);
       fill_bf16<<<4096, 256>>>(static_cast<__nv_bfloat16*>(cv), B * Tmax * H * D, 2, 1.f);
@@ -157,15 +168,15 @@ int main(int argc, char** argv) {
       fill_f32<<<4096, 256>>>(static_cast<float*>(ck), B * Tmax * H * D, 1, 0.3f);
       fill_f32<<<4096, 256>>>(static_cast<float*>(cv), B * Tmax * H * D, 2, 1.f);
     }
-    fill_bf16<<<256, 256>>>(static_cast<__nv_bfloat16*>(q), B * HQ * D, 3);
-    fill_bf16<<<256, 256>>>(static_cast<__nv_bfloat16*>(k), B * H * D, 4);
-    fill_bf16<<<256, 256>>>(static_cast<__nv_bfloat16*>(v), B * H * D, 5);
-    fill_w<<<(B * H + 7) / 8, 256>>>(w, B * H, s.D, 6);
-    fill_const<<<64, 256>>>(beta, B * H, 1.5f);
+    fill_bf16<<<256, 256>>>(static_cast<__nv_bfloat16*>(q), B * S * HQ * D, 3);
+    fill_bf16<<<256, 256>>>(static_cast<__nv_bfloat16*>(k), B * S * H * D, 4);
+    fill_bf16<<<256, 256>>>(static_cast<__nv_bfloat16*>(v), B * S * H * D, 5);
+    fill_w<<<(B * S * H + 7) / 8, 256>>>(w, B * S * H, s.D, 6);
+    fill_const<<<64, 256>>>(beta, B * S * H, 1.5f);
     if (gate) {
-      CHECK(cudaMalloc(&g, B * HQ * 4));
+      CHECK(cudaMalloc(&g, B * S * HQ * 4));
       CHECK(cudaMalloc(&gcum, B * Tmax * HQ * 8));
-      fill_const<<<64, 256>>>(g, B * HQ, -0.01f);
+      fill_const<<<64, 256>>>(g, B * S * HQ, -0.01f);
       fill_gcum<<<4096, 256>>>(gcum, B, Tmax, HQ);
     }
     CHECK(cudaGetLastError());
@@ -176,12 +187,12 @@ int main(int argc, char** argv) {
     using pathattn::DType;
     const auto dev = pathattn::Device::cuda;
     pathattn::Inputs in;
-    in.q = pathattn::make_view(q, DType::bf16, {B, 1, HQ, D}, dev);
-    in.k = pathattn::make_view(k, DType::bf16, {B, 1, H, D}, dev);
-    in.v = pathattn::make_view(v, DType::bf16, {B, 1, H, D}, dev);
-    in.w = pathattn::make_view(w, DType::f32, {B, 1, H, D}, dev);
-    in.beta = pathattn::make_view(beta, DType::f32, {B, 1, H}, dev);
-    if (gate) in.g = pathattn::make_view(g, DType::f32, {B, 1, HQ}, dev);
+    in.q = pathattn::make_view(q, DType::bf16, {B, S, HQ, D}, dev);
+    in.k = pathattn::make_view(k, DType::bf16, {B, S, H, D}, dev);
+    in.v = pathattn::make_view(v, DType::bf16, {B, S, H, D}, dev);
+    in.w = pathattn::make_view(w, DType::f32, {B, S, H, D}, dev);
+    in.beta = pathattn::make_view(beta, DType::f32, {B, S, H}, dev);
+    if (gate) in.g = pathattn::make_view(g, DType::f32, {B, S, HQ}, dev);
     in.cuda_stream = stream;
     in.cuda_workspace = [&](std::size_t bytes) {  // one buffer, grown between shapes (never during a capture)
       if (bytes > ws_bytes) {
@@ -208,8 +219,8 @@ int main(int argc, char** argv) {
       cache.ckpt_period = ckpt_period;
     }
     pathattn::ForwardOutputs out;
-    out.o = pathattn::make_view(o, DType::bf16, {B, 1, HQ, D}, dev);
-    out.lse = pathattn::make_view(lse, DType::f32, {B, 1, HQ}, dev);
+    out.o = pathattn::make_view(o, DType::bf16, {B, S, HQ, D}, dev);
+    out.lse = pathattn::make_view(lse, DType::f32, {B, S, HQ}, dev);
     auto step = [&] { pathattn::decode(in, cache, out, pathattn::Backend::cuda); };
 
     // Eager: warm-up (sizes the workspace), then timed steps.
@@ -243,9 +254,9 @@ int main(int argc, char** argv) {
     for (float x : graph) mean_graph += x / iters;
     const double me = median(eager) * 1e3, mg = (ckpt_period ? mean_graph : median(graph)) * 1e3;  // us
     const double per_elem = ckpt_period ? 2.0 * eb + 2.0 * eb / ckpt_period : 3.0 * eb;
-    const double bytes = double(B) * L * H * D * per_elem, tbs = bytes / (mg * 1e-6) / 1e12;
-    std::printf("%4d %4d %7d %9.0f %11.1f %11.1f %10.2f %7.0f%%\n", s.D, s.B, s.L, cache_bytes / 1e6, me, mg, tbs,
-                100.0 * tbs / kCopyTBs);
+    const double bytes = double(B) * L * H * D * per_elem * ((S + 63) / 64), tbs = bytes / (mg * 1e-6) / 1e12;
+    std::printf("%4d %4d %7d %9.0f %11.1f %11.1f %10.2f %7.0f%% %9.2f\n", s.D, s.B, s.L, cache_bytes / 1e6, me, mg,
+                tbs, 100.0 * tbs / kCopyTBs, mg / S);
     std::fflush(stdout);
     CHECK(cudaGraphExecDestroy(ge));
     CHECK(cudaGraphDestroy(gr));

@@ -407,12 +407,16 @@ void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const 
   prm.scv = strides_of(cache.v);
   int sms = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, in.q.device_index));
-  const int ns = decode_splits(p.B, p.H, Tmax, sms,
-                               decode_split_blocks_per_sm(prm, p.dtype == DType::bf16, static_cast<int>(p.D)));
+  const bool checkpointed = cache.ckpt.defined();
+  // A call of S >= 2 tokens in chunks (launch/decode_chunk.cu): at most 64 splits, since each split adds a partial
+  // per token of the chunk (not yet tuned on the GPU).
+  const bool chunked = decode_uses_chunks(checkpointed, p.T);
+  const int ns_plan = decode_splits(p.B, p.H, Tmax, sms,
+                                    decode_split_blocks_per_sm(prm, p.dtype == DType::bf16, static_cast<int>(p.D)));
+  const int ns = chunked ? std::min(ns_plan, 64) : ns_plan;
   if (p.B * p.H * ns > INT32_MAX || p.B * p.HQ > INT32_MAX)
     throw Error("pathattn: cuda decode: B * H = " + std::to_string(p.B * p.H) + " exceeds the kernels' grid");
 
-  const bool checkpointed = cache.ckpt.defined();
   if (checkpointed) {  // the carry kernel reads M as a contiguous [D][D] block per (sequence, kv head)
     const TensorView& m = cache.carry;
     if (m.strides[3] != 1 || m.strides[2] != p.D || m.strides[1] != p.D * p.D || m.strides[0] != p.H * p.D * p.D)
@@ -420,10 +424,19 @@ void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const 
     if (!aligned(m.data, 16)) throw Error("pathattn: cuda decode: cache.carry's data pointer must be aligned to 16 bytes");
   }
 
+  // Chunks: partials for min(S, 64) tokens and one more slot (the chunk's own attention), the chunk's factors and
+  // its carried-back queries.
+  const int64_t chunk_rows = chunked ? std::min<int64_t>(p.T, kChunk) : 0;
   Workspace ws;
-  const std::size_t parts = static_cast<std::size_t>(p.B) * p.HQ * ns;
+  const std::size_t parts = chunked ? static_cast<std::size_t>(p.B) * p.HQ * chunk_rows * (ns + 1)
+                                    : static_cast<std::size_t>(p.B) * p.HQ * ns;
   const int part_o = ws.add("decode partial o", parts * p.D * 4);
   const int part_ml = ws.add("decode partial max, sum", parts * 2 * 4);
+  const std::size_t chunk_kv = static_cast<std::size_t>(p.B) * p.H * kChunk * p.D * 4;
+  const int chunk_u = chunked ? ws.add("decode chunk U", chunk_kv) : -1;
+  const int chunk_w = chunked ? ws.add("decode chunk W", chunk_kv) : -1;
+  const int chunk_q = chunked ? ws.add("decode chunk carried-back queries", chunk_kv / p.H * p.HQ) : -1;
+  const int chunk_g = chunked && p.has_gate ? ws.add("decode chunk G", static_cast<std::size_t>(p.B) * p.HQ * kChunk * 8) : -1;
   const int snap = ws.add("decode lengths seen", static_cast<std::size_t>(p.B) * 4);
   const int ck_snap = checkpointed ? ws.add("decode checkpoints seen", static_cast<std::size_t>(p.B) * 4) : -1;
   const int qcar = checkpointed ? ws.add("decode carried-back queries", static_cast<std::size_t>(p.B) * p.HQ * p.D * 4) : -1;
@@ -450,6 +463,13 @@ void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const 
   prm.part_o = ws.ptr<float>(part_o);
   prm.part_ml = ws.ptr<float>(part_ml);
   prm.len_snap = ws.ptr<int32_t>(snap);
+  if (chunked) {
+    prm.chunk_rows = static_cast<int>(chunk_rows);
+    prm.chunk_u = ws.ptr<float>(chunk_u);
+    prm.chunk_w = ws.ptr<float>(chunk_w);
+    prm.chunk_q = ws.ptr<float>(chunk_q);
+    if (chunk_g >= 0) prm.chunk_g = ws.ptr<double>(chunk_g);
+  }
   if (checkpointed) {
     prm.ckpt = static_cast<int32_t*>(cache.ckpt.data);
     prm.sckpt = cache.ckpt.strides[0];

@@ -57,9 +57,19 @@ struct DecodeParams {
                       //     0 <= lengths - ckpt < P (the sequence then gets NaN and is left alone)
   float* qcarried;    // [B, HQ, D] workspace: M_t q_t per query head (Eq. 35), the carry kernel's output
 
+  // A call of S >= 2 tokens as chunks of Eq. 38 (kernels/decode_chunk.cuh; the plain cache with
+  // PATHATTN_DECODE_CHUNK=1): the chunk's tokens are step .. step + chunk_n - 1 (chunk_n <= 64).
+  int chunk_n;
+  int chunk_rows;     // min(S, 64): tokens per chunk the partials have room for
+  float* chunk_u;     // [B, H, 64, D] workspace: the chunk's U = T b W (Eq. 10), f32, zero past chunk_n
+  float* chunk_w;     // [B, H, 64, D] workspace: its W in f32
+  float* chunk_q;     // [B, HQ, 64, D] workspace: the queries carried to the chunk's start, Q^ (Eq. 13)
+  double* chunk_g;    // [B, HQ, 64] workspace: G of the chunk's tokens (gate only)
+
   // Workspace.
-  float* part_o;      // [B, HQ, num_splits, D]  each split's unnormalised sum of p v
-  float* part_ml;     // [B, HQ, num_splits, 2]  its running max (base 2) and sum of p
+  float* part_o;      // [B, HQ, num_splits, D]  each split's unnormalised sum of p v (chunks:
+                      //                         [B, HQ, chunk_rows, num_splits + 1, D], slot num_splits the chunk's own)
+  float* part_ml;     // [B, HQ, num_splits, 2]  its running max (base 2) and sum of p (chunks: as part_o)
   int32_t* len_snap;  // [B]  lengths[b] before the call, as step 0's split kernel read it: later steps and the
                       //      combine kernel go by it (a call that does not fit changes nothing, at any step)
 };

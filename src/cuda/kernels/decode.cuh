@@ -385,32 +385,18 @@ __device__ __forceinline__ float block_reduce(float x, float* red, bool is_max) 
   return x;
 }
 
+// Merges ns partials (ml: [ns][2] max in base 2 and sum, po: [ns][D] unnormalised o) into o and lse (natural log).
+// Every thread of a kCombineThreads block calls it; sw holds ns weights (shared), sred and so are its scratch. At
+// least one partial has a finite max (the new token's own logit).
 template <typename T, int D>
-__global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const DecodeParams p) {
+__device__ __forceinline__ void merge_partials(const float* ml, const float* po, int ns, T* o, float* lse, float* sw,
+                                               float* sred, float (*so)[D]) {
   constexpr int kParts = kCombineThreads / D;  // threads per output element
   static_assert(kCombineThreads % D == 0, "D must divide the combine block");
-  __shared__ float sw[kDecodeMaxSplits];  // the splits' weights 2^(m_s - M)
-  __shared__ float sred[kCombineThreads / 32];
-  __shared__ float so[kParts][D];
-  // Launched as a programmatic dependent of the split kernel (PATHATTN_DECODE_PDL=1, launch/decode_impl.cuh): its
-  // blocks may be resident before the split kernel ends; everything below reads what that kernel wrote.
-  pdl_wait();
-  const int hq = static_cast<int>(blockIdx.x % p.HQ), b = static_cast<int>(blockIdx.x / p.HQ);
-  const int t = p.step, ns = p.num_splits, tid = threadIdx.x;
-  T* o = static_cast<T*>(p.o) + b * p.so.b + t * p.so.t + hq * p.so.h;
-  float* lse = p.lse + b * p.slse.b + t * p.slse.t + hq * p.slse.h;
-  const int64_t before = p.len_snap[b];  // lengths[b] before the call
-  if (before < 0 || before + p.S > p.Tmax ||
-      (p.ckpt != nullptr && p.ckpt_snap[b] < 0)) {  // the split kernel left this sequence alone
-    for (int d = tid; d < D; d += kCombineThreads) o[d] = TypeTraits<T>::from_float(NAN);
-    if (tid == 0) *lse = NAN;
-    return;
-  }
-  const int64_t part = (static_cast<int64_t>(b) * p.HQ + hq) * ns;
-  const float* ml = p.part_ml + part * 2;
+  const int tid = threadIdx.x;
   float M = -INFINITY;
   for (int s = tid; s < ns; s += kCombineThreads) M = fmaxf(M, ml[2 * s]);
-  M = block_reduce<kCombineThreads>(M, sred, true);  // > -inf: split 0 holds the new token's own logit
+  M = block_reduce<kCombineThreads>(M, sred, true);
   float L = 0.f;
   for (int s = tid; s < ns; s += kCombineThreads) {
     const float ms = ml[2 * s];
@@ -420,21 +406,42 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const D
   }
   L = block_reduce<kCombineThreads>(L, sred, false);  // its barriers also publish sw
   const int d = tid % D, q = tid / D;
-  const float* po = p.part_o + part * D + d;
   float O = 0.f;
 #pragma unroll 8
-  for (int s = q; s < ns; s += kParts) O = fmaf(sw[s], po[static_cast<int64_t>(s) * D], O);
+  for (int s = q; s < ns; s += kParts) O = fmaf(sw[s], po[static_cast<int64_t>(s) * D + d], O);
   so[q][d] = O;
   __syncthreads();
   if (q == 0) {
 #pragma unroll
     for (int r = 1; r < kParts; ++r) O += so[r][d];
     o[d] = TypeTraits<T>::from_float(O / L);
-    if (d == 0) {
-      *lse = (M + log2f(L)) * 0.6931471805599453f;
-      if (hq == 0) p.lengths[b * p.slen] = static_cast<int32_t>(before + t + 1);
-    }
+    if (d == 0) *lse = (M + log2f(L)) * 0.6931471805599453f;
   }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const DecodeParams p) {
+  __shared__ float sw[kDecodeMaxSplits];  // the splits' weights 2^(m_s - M)
+  __shared__ float sred[kCombineThreads / 32];
+  __shared__ float so[kCombineThreads / D][D];
+  // Launched as a programmatic dependent of the split kernel (PATHATTN_DECODE_PDL=1, launch/decode_impl.cuh): its
+  // blocks may be resident before the split kernel ends; everything below reads what that kernel wrote.
+  pdl_wait();
+  const int hq = static_cast<int>(blockIdx.x % p.HQ), b = static_cast<int>(blockIdx.x / p.HQ);
+  const int t = p.step, ns = p.num_splits;
+  T* o = static_cast<T*>(p.o) + b * p.so.b + t * p.so.t + hq * p.so.h;
+  float* lse = p.lse + b * p.slse.b + t * p.slse.t + hq * p.slse.h;
+  const int64_t before = p.len_snap[b];  // lengths[b] before the call
+  if (before < 0 || before + p.S > p.Tmax ||
+      (p.ckpt != nullptr && p.ckpt_snap[b] < 0)) {  // the split kernel left this sequence alone
+    for (int d = threadIdx.x; d < D; d += kCombineThreads) o[d] = TypeTraits<T>::from_float(NAN);
+    if (threadIdx.x == 0) *lse = NAN;
+    return;
+  }
+  // Split 0 holds the new token's own logit, so the maximum is finite.
+  const int64_t part = (static_cast<int64_t>(b) * p.HQ + hq) * ns;
+  merge_partials<T, D>(p.part_ml + part * 2, p.part_o + part * D, ns, o, lse, sw, sred, so);
+  if (hq == 0 && threadIdx.x == 0) p.lengths[b * p.slen] = static_cast<int32_t>(before + t + 1);
 }
 
 }  // namespace pathattn::cuda

@@ -1,0 +1,66 @@
+// The chunked decode's launches (kernels/decode_chunk.cuh): per chunk of up to 64 tokens the prep, split and combine
+// kernels, in order on the caller's stream. Apart from launch/decode.cu so that the two compile in parallel.
+#include <algorithm>
+
+#include "common/env.h"
+#include "cuda/check.h"
+#include "cuda/kernels/decode_chunk.cuh"
+#include "cuda/launch/decode_launch.h"
+
+namespace pathattn::cuda {
+
+bool decode_uses_chunks(bool checkpointed, int64_t S) {
+  // Opt-in (PATHATTN_DECODE_CHUNK=1) until the kernels have run on the GPU; without it a call of S tokens runs S
+  // single steps.
+  static const bool on = env::flag("PATHATTN_DECODE_CHUNK", false);
+  return on && !checkpointed && S >= 2;
+}
+
+namespace {
+
+template <typename T, int D, typename KC, typename VC>
+void launch_chunks(const DecodeParams& p, int S, cudaStream_t stream) {
+  constexpr int kPrepSmem = decode_chunk_prep_smem_bytes<D>(), kSplitSmem = decode_chunk_split_smem_bytes<D>();
+  // Once per instance, on the first (eager) call: a CUDA-graph capture of a later step must not meet it.
+  static const bool sized = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(decode_chunk_prep_kernel<T, D, KC, VC>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kPrepSmem));
+    CUDA_CHECK(cudaFuncSetAttribute(decode_chunk_split_kernel<T, D, KC, VC>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kSplitSmem));
+    return true;
+  }();
+  (void)sized;
+  DecodeParams prm = p;
+  prm.S = S;
+  const unsigned pairs = static_cast<unsigned>(static_cast<int64_t>(p.B) * p.H);
+  const unsigned split_blocks = static_cast<unsigned>(static_cast<int64_t>(p.B) * p.H * p.num_splits);
+  const unsigned heads = static_cast<unsigned>(static_cast<int64_t>(p.B) * p.HQ);
+  for (int t0 = 0; t0 < S; t0 += kChunk) {
+    prm.step = t0;
+    prm.chunk_n = std::min(kChunk, S - t0);
+    decode_chunk_prep_kernel<T, D, KC, VC><<<pairs, kDecodeChunkThreads, kPrepSmem, stream>>>(prm);
+    CUDA_CHECK_LAUNCH("decode_chunk_prep_kernel");
+    decode_chunk_split_kernel<T, D, KC, VC><<<split_blocks, kDecodeChunkThreads, kSplitSmem, stream>>>(prm);
+    CUDA_CHECK_LAUNCH("decode_chunk_split_kernel");
+    decode_chunk_combine_kernel<T, D><<<dim3(heads, prm.chunk_n), kCombineThreads, 0, stream>>>(prm);
+    CUDA_CHECK_LAUNCH("decode_chunk_combine_kernel");
+  }
+}
+
+}  // namespace
+
+template <typename T, int D>
+void launch_decode_chunks(const DecodeParams& p, int S, cudaStream_t stream) {
+  if (p.ck_bf16)
+    p.cv_low ? launch_chunks<T, D, __nv_bfloat16, T>(p, S, stream)
+             : launch_chunks<T, D, __nv_bfloat16, float>(p, S, stream);
+  else
+    p.cv_low ? launch_chunks<T, D, float, T>(p, S, stream) : launch_chunks<T, D, float, float>(p, S, stream);
+}
+
+template void launch_decode_chunks<__nv_bfloat16, 64>(const DecodeParams&, int, cudaStream_t);
+template void launch_decode_chunks<__nv_bfloat16, 128>(const DecodeParams&, int, cudaStream_t);
+template void launch_decode_chunks<__half, 64>(const DecodeParams&, int, cudaStream_t);
+template void launch_decode_chunks<__half, 128>(const DecodeParams&, int, cudaStream_t);
+
+}  // namespace pathattn::cuda
