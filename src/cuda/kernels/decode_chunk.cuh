@@ -1,8 +1,8 @@
 // A decoding call of S >= 2 new tokens on the plain cache, one chunk of Eq. 17 per 64 tokens (docs/math.md §4,
-// Eq. 10-14, 17, 38; docs/cuda.md "Decode"). The single step (kernels/decode.cuh) reads and rewrites the whole cache
+// Eq. 10-14, 17, 43; docs/cuda.md "Decode"). The single step (kernels/decode.cuh) reads and rewrites the whole cache
 // once per token; here a chunk of n <= 64 tokens reads every cached row once, attends to it with all n queries
 // carried back to the chunk's start, and carries it over the chunk's UT factor in the same pass:
-//   l_ij = scale q^_i . c_j + G_i - G_j   (j < L0),        c_j <- c_j - (c_j U^T) W                     (Eq. 38)
+//   l_ij = scale q^_i . c_j + G_i - G_j   (j < L0),        c_j <- c_j - (c_j U^T) W                     (Eq. 43)
 // where L0 = lengths[b] + the tokens of earlier chunks of the call. This is the CPU decode's order
 // (src/cpu/append.cpp), so the two agree to f32 rounding. Three kernels per chunk, f32 arithmetic on CUDA cores:
 //   1. decode_chunk_prep_kernel, one block per (sequence, kv head): the chunk's UT factor (Eq. 10: T, U = T b W),
@@ -364,7 +364,7 @@ __global__ void __launch_bounds__(kDecodeChunkThreads) decode_chunk_split_kernel
 #pragma unroll
           for (int c = 0; c < 4; ++c) sP[(ty + 16 * a) * LC + tx + 16 * c] = acc[a][c];
         __syncthreads();
-        for (int e = tid; e < nr * (D / 4); e += kDecodeChunkThreads) {  // C <- C - X W, stored (Eq. 38)
+        for (int e = tid; e < nr * (D / 4); e += kDecodeChunkThreads) {  // C <- C - X W, stored (Eq. 43)
           const int r = e / (D / 4), d = 4 * (e % (D / 4));
           const float* cr = sC + r * LD + d;
           float4 c = make_float4(cr[0], cr[1], cr[2], cr[3]);
