@@ -12,7 +12,7 @@
 //      itself (logits Eq. 12 plus the gate) as one more partial, slot num_splits.
 //   2. decode_chunk_split_kernel, one block per (sequence, kv head, split): the split's cached rows in tiles of 64:
 //      logits Q^ C^T + G_i - G_j, online softmax and P V per query row (the n x group rows of the kv head, in
-//      passes of 64), and in the last pass the carry, stored (earlier passes read the rows uncarried).
+//      passes of at most 64), and in the last pass the carry, stored (earlier passes read the rows uncarried).
 //   3. decode_chunk_combine_kernel, one block per (sequence, query head, token): the num_splits + 1 partials merged
 //      as the single step merges its splits (kernels/decode.cuh merge_partials); lengths advanced by n.
 // A sequence that does not fit (lengths[b] < 0 or lengths[b] + S > Tmax) gets NaN o and lse and is left untouched,
@@ -233,15 +233,18 @@ constexpr int decode_chunk_split_smem_bytes() {
   return (5 * kChunk * (D + 1) + kChunk * (kChunk + 1)) * 4 + kChunk * 8;
 }
 
-// KC, VC: the cache's key and value types (as decode_split_kernel's).
-template <typename T, int D, typename KC, typename VC>
+// KC, VC: the cache's key and value types (as decode_split_kernel's). kA: 16-row groups of query rows per pass (1, 2
+// or 4, decode_chunk_row_groups): a short chunk (n x HQ / H <= 16 or 32 rows, speculative decoding's few tokens)
+// computes only its rows' logits and P V, and only its tokens' columns of X = C U^T (n <= 16 kA).
+template <typename T, int D, typename KC, typename VC, int kA>
 __global__ void __launch_bounds__(kDecodeChunkThreads) decode_chunk_split_kernel(const DecodeParams p) {
   using namespace prep_detail;  // C = 64, LC, tile_nt
   constexpr int LD = D + 1;
-  constexpr int kNB = D / 16;  // output columns per thread in P V: tx + 16 c
+  constexpr int kNB = D / 16;         // output columns per thread in P V: tx + 16 c
+  constexpr int kRows = 16 * kA;      // query rows per pass
   constexpr float kLog2e = 1.4426950408889634f;
   extern __shared__ float smem[];
-  float* sQ = smem;         // [C][LD] this pass's query rows: q^ scale log2(e) (base-2 logits)
+  float* sQ = smem;         // [C][LD] this pass's query rows (the first kRows): q^ scale log2(e) (base-2 logits)
   float* sC = sQ + C * LD;  // [C][LD] a tile of cached keys (f32)
   float* sV = sC + C * LD;  // [C][LD] their values
   float* sU = sV + C * LD;  // [C][LD] the chunk's U
@@ -254,7 +257,7 @@ __global__ void __launch_bounds__(kDecodeChunkThreads) decode_chunk_split_kernel
   const int b = sb.b, h = sb.h, split = sb.split, r0 = sb.r0, r1 = sb.r1;
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
   const int n = p.chunk_n, R = n * p.group;  // query rows of the kv head: row r is token r % n of head r / n
-  const int passes = (R + C - 1) / C;
+  const int passes = (R + kRows - 1) / kRows;
   const bool gate = p.g != nullptr;
   const int64_t uw0 = (static_cast<int64_t>(b) * p.H + h) * C * D;
   for (int e = tid; e < C * D; e += kDecodeChunkThreads) {
@@ -266,8 +269,8 @@ __global__ void __launch_bounds__(kDecodeChunkThreads) decode_chunk_split_kernel
   for (int pass = 0; pass < passes; ++pass) {
     const bool carry = pass == passes - 1;  // the last pass carries and stores the rows
     __syncthreads();  // the previous pass's readers of sQ and sG are done
-    for (int e = tid; e < C * D; e += kDecodeChunkThreads) {
-      const int r = e / D, d = e % D, qr = pass * C + r;
+    for (int e = tid; e < kRows * D; e += kDecodeChunkThreads) {
+      const int r = e / D, d = e % D, qr = pass * kRows + r;
       float x = 0.f;
       if (qr < R) {
         const int hq = h * p.group + qr / n, i = qr % n;
@@ -276,20 +279,20 @@ __global__ void __launch_bounds__(kDecodeChunkThreads) decode_chunk_split_kernel
       sQ[r * LD + d] = x;
     }
     if (gate)
-      for (int r = tid; r < C; r += kDecodeChunkThreads) {
-        const int qr = pass * C + r;
+      for (int r = tid; r < kRows; r += kDecodeChunkThreads) {
+        const int qr = pass * kRows + r;
         sG[r] = qr < R ? p.chunk_g[(static_cast<int64_t>(b) * p.HQ + h * p.group + qr / n) * C + qr % n] : 0.0;
       }
     // This thread's query rows ty + 16 a: running max (base 2), sum, and unnormalised o at columns tx + 16 c.
-    float m[4], l[4], o[4][kNB];
-    int64_t goff[4];
+    float m[kA], l[kA], o[kA][kNB];
+    int64_t goff[kA];
 #pragma unroll
-    for (int a = 0; a < 4; ++a) {
+    for (int a = 0; a < kA; ++a) {
       m[a] = -INFINITY;
       l[a] = 0.f;
 #pragma unroll
       for (int c = 0; c < kNB; ++c) o[a][c] = 0.f;
-      const int qr = min(pass * C + ty + 16 * a, R - 1);
+      const int qr = min(pass * kRows + ty + 16 * a, R - 1);
       goff[a] = b * p.scg.b + (h * p.group + qr / n) * p.scg.h;
     }
 
@@ -309,69 +312,74 @@ __global__ void __launch_bounds__(kDecodeChunkThreads) decode_chunk_split_kernel
         v[0] = vv.x, v[1] = vv.y, v[2] = vv.z, v[3] = vv.w;
       }
       __syncthreads();
-      float acc[4][4];
-      tile_nt<D>(sQ, LD, sC, LD, acc);  // logits of query rows ty + 16 a against cached rows tx + 16 c
+      {
+        float acc[kA][4];
+        tile_nt<D, kA, 4>(sQ, LD, sC, LD, acc);  // logits of query rows ty + 16 a against cached rows tx + 16 c
 #pragma unroll
-      for (int a = 0; a < 4; ++a) {
-        const int r = ty + 16 * a;
-        float mt = -INFINITY;
+        for (int a = 0; a < kA; ++a) {
+          const int r = ty + 16 * a;
+          float mt = -INFINITY;
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int j = tx + 16 * c;
-          float s = acc[a][c];
-          if (j >= nr)
-            s = -INFINITY;
-          else if (gate)
-            s += static_cast<float>(sG[r] - load_gcum(p, goff[a] + static_cast<int64_t>(base + j) * p.scg.t)) * kLog2e;
-          acc[a][c] = s;
-          mt = fmaxf(mt, s);
+          for (int c = 0; c < 4; ++c) {
+            const int j = tx + 16 * c;
+            float s = acc[a][c];
+            if (j >= nr)
+              s = -INFINITY;
+            else if (gate)
+              s += static_cast<float>(sG[r] - load_gcum(p, goff[a] + static_cast<int64_t>(base + j) * p.scg.t)) *
+                   kLog2e;
+            acc[a][c] = s;
+            mt = fmaxf(mt, s);
+          }
+#pragma unroll
+          for (int off = 8; off > 0; off >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));  // 16 tx lanes
+          const float mn = fmaxf(m[a], mt);  // finite: column 0 of the tile is a cached row
+          const float corr = exp2f(m[a] - mn);
+          float ps = 0.f;
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const float pr = exp2f(acc[a][c] - mn);
+            sP[r * LC + tx + 16 * c] = pr;
+            ps += pr;
+          }
+#pragma unroll
+          for (int off = 8; off > 0; off >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
+          l[a] = l[a] * corr + ps;
+          m[a] = mn;
+#pragma unroll
+          for (int c = 0; c < kNB; ++c) o[a][c] *= corr;
         }
-#pragma unroll
-        for (int off = 8; off > 0; off >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));  // 16 tx lanes
-        const float mn = fmaxf(m[a], mt);  // finite: column 0 of the tile is a cached row
-        const float corr = exp2f(m[a] - mn);
-        float ps = 0.f;
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const float pr = exp2f(acc[a][c] - mn);
-          sP[r * LC + tx + 16 * c] = pr;
-          ps += pr;
-        }
-#pragma unroll
-        for (int off = 8; off > 0; off >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
-        l[a] = l[a] * corr + ps;
-        m[a] = mn;
-#pragma unroll
-        for (int c = 0; c < kNB; ++c) o[a][c] *= corr;
       }
       __syncthreads();
       for (int j = 0; j < nr; ++j) {  // O += P V (this thread's rows ty + 16 a, columns tx + 16 c)
-        float pr[4], vv[kNB];
+        float pr[kA], vv[kNB];
 #pragma unroll
-        for (int a = 0; a < 4; ++a) pr[a] = sP[(ty + 16 * a) * LC + j];
+        for (int a = 0; a < kA; ++a) pr[a] = sP[(ty + 16 * a) * LC + j];
 #pragma unroll
         for (int c = 0; c < kNB; ++c) vv[c] = sV[j * LD + tx + 16 * c];
 #pragma unroll
-        for (int a = 0; a < 4; ++a)
+        for (int a = 0; a < kA; ++a)
 #pragma unroll
           for (int c = 0; c < kNB; ++c) o[a][c] = fmaf(pr[a], vv[c], o[a][c]);
       }
       if (carry) {
         __syncthreads();  // sP's readers are done
-        tile_nt<D>(sC, LD, sU, LD, acc);  // X = C U^T: cached row ty + 16 a, token tx + 16 c (zero past n)
+        float x[4][kA];
+        tile_nt<D, 4, kA>(sC, LD, sU, LD, x);  // X = C U^T: cached row ty + 16 a, token tx + 16 c (n <= 16 kA)
 #pragma unroll
         for (int a = 0; a < 4; ++a)
 #pragma unroll
-          for (int c = 0; c < 4; ++c) sP[(ty + 16 * a) * LC + tx + 16 * c] = acc[a][c];
+          for (int c = 0; c < kA; ++c) sP[(ty + 16 * a) * LC + tx + 16 * c] = x[a][c];
         __syncthreads();
         for (int e = tid; e < nr * (D / 4); e += kDecodeChunkThreads) {  // C <- C - X W, stored (Eq. 43)
           const int r = e / (D / 4), d = 4 * (e % (D / 4));
           const float* cr = sC + r * LD + d;
           float4 c = make_float4(cr[0], cr[1], cr[2], cr[3]);
           for (int i = 0; i < n; ++i) {
-            const float x = sP[r * LC + i];
+            const float xi = sP[r * LC + i];
             const float* wr = sW + i * LD + d;
-            c = make_float4(fmaf(-x, wr[0], c.x), fmaf(-x, wr[1], c.y), fmaf(-x, wr[2], c.z), fmaf(-x, wr[3], c.w));
+            c = make_float4(fmaf(-xi, wr[0], c.x), fmaf(-xi, wr[1], c.y), fmaf(-xi, wr[2], c.z),
+                            fmaf(-xi, wr[3], c.w));
           }
           store_cache4<KC>(p.ck, ck0 + static_cast<int64_t>(base + r) * p.sck.t + d, c);
         }
@@ -379,8 +387,8 @@ __global__ void __launch_bounds__(kDecodeChunkThreads) decode_chunk_split_kernel
     }
     // This pass's partials (an empty split: m = -inf, l = 0, o = 0).
 #pragma unroll
-    for (int a = 0; a < 4; ++a) {
-      const int qr = pass * C + ty + 16 * a;
+    for (int a = 0; a < kA; ++a) {
+      const int qr = pass * kRows + ty + 16 * a;
       if (qr >= R) continue;
       const int64_t part = chunk_part(p, b, h * p.group + qr / n, qr % n, split);
       if (tx == 0) {
@@ -391,6 +399,12 @@ __global__ void __launch_bounds__(kDecodeChunkThreads) decode_chunk_split_kernel
       for (int c = 0; c < kNB; ++c) p.part_o[part * D + tx + 16 * c] = o[a][c];
     }
   }
+}
+
+// The split kernel's 16-row groups per pass for a chunk of n tokens: 1, 2 or 4.
+inline int decode_chunk_row_groups(int n, int group) {
+  const int64_t rows = static_cast<int64_t>(n) * group;
+  return rows <= 16 ? 1 : rows <= 32 ? 2 : 4;
 }
 
 // One block of kCombineThreads per (sequence, query head) and token i of the chunk (blockIdx.y).

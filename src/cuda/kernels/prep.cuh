@@ -16,25 +16,26 @@ namespace prep_detail {
 constexpr int C = kChunk;
 constexpr int LC = C + 1;  // padded row length of C x C f32 tiles (odd: conflict-free column walks)
 
-// acc[a][b] = sum_k X[(ty + 16a) * ldx + k] * Y[(tx + 16b) * ldy + k]   (C x C = X Y^T, 4x4 per thread)
-template <int K>
-__device__ __forceinline__ void tile_nt(const float* X, int ldx, const float* Y, int ldy, float (&acc)[4][4]) {
+// acc[a][b] = sum_k X[(ty + 16a) * ldx + k] * Y[(tx + 16b) * ldy + k]   (C x C = X Y^T, 4x4 per thread; the first
+// 16 kA rows and 16 kB columns only with kA, kB < 4: the chunked decode's short passes, kernels/decode_chunk.cuh)
+template <int K, int kA = 4, int kB = 4>
+__device__ __forceinline__ void tile_nt(const float* X, int ldx, const float* Y, int ldy, float (&acc)[kA][kB]) {
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
 #pragma unroll
-  for (int a = 0; a < 4; ++a)
+  for (int a = 0; a < kA; ++a)
 #pragma unroll
-    for (int b = 0; b < 4; ++b) acc[a][b] = 0.f;
+    for (int b = 0; b < kB; ++b) acc[a][b] = 0.f;
 #pragma unroll 8
   for (int k = 0; k < K; ++k) {
-    float x[4], y[4];
+    float x[kA], y[kB];
 #pragma unroll
-    for (int a = 0; a < 4; ++a) x[a] = X[(ty + 16 * a) * ldx + k];
+    for (int a = 0; a < kA; ++a) x[a] = X[(ty + 16 * a) * ldx + k];
 #pragma unroll
-    for (int b = 0; b < 4; ++b) y[b] = Y[(tx + 16 * b) * ldy + k];
+    for (int b = 0; b < kB; ++b) y[b] = Y[(tx + 16 * b) * ldy + k];
 #pragma unroll
-    for (int a = 0; a < 4; ++a)
+    for (int a = 0; a < kA; ++a)
 #pragma unroll
-      for (int b = 0; b < 4; ++b) acc[a][b] = fmaf(x[a], y[b], acc[a][b]);
+      for (int b = 0; b < kB; ++b) acc[a][b] = fmaf(x[a], y[b], acc[a][b]);
   }
 }
 }  // namespace prep_detail

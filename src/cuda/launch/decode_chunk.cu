@@ -25,8 +25,9 @@ void launch_chunks(const DecodeParams& p, int S, cudaStream_t stream) {
   static const bool sized = [] {
     CUDA_CHECK(cudaFuncSetAttribute(decode_chunk_prep_kernel<T, D, KC, VC>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kPrepSmem));
-    CUDA_CHECK(cudaFuncSetAttribute(decode_chunk_split_kernel<T, D, KC, VC>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kSplitSmem));
+    for (auto* f : {decode_chunk_split_kernel<T, D, KC, VC, 1>, decode_chunk_split_kernel<T, D, KC, VC, 2>,
+                    decode_chunk_split_kernel<T, D, KC, VC, 4>})
+      CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kSplitSmem));
     return true;
   }();
   (void)sized;
@@ -40,7 +41,11 @@ void launch_chunks(const DecodeParams& p, int S, cudaStream_t stream) {
     prm.chunk_n = std::min(kChunk, S - t0);
     decode_chunk_prep_kernel<T, D, KC, VC><<<pairs, kDecodeChunkThreads, kPrepSmem, stream>>>(prm);
     CUDA_CHECK_LAUNCH("decode_chunk_prep_kernel");
-    decode_chunk_split_kernel<T, D, KC, VC><<<split_blocks, kDecodeChunkThreads, kSplitSmem, stream>>>(prm);
+    const int groups = decode_chunk_row_groups(prm.chunk_n, p.group);
+    auto split = groups == 1   ? decode_chunk_split_kernel<T, D, KC, VC, 1>
+                 : groups == 2 ? decode_chunk_split_kernel<T, D, KC, VC, 2>
+                               : decode_chunk_split_kernel<T, D, KC, VC, 4>;
+    split<<<split_blocks, kDecodeChunkThreads, kSplitSmem, stream>>>(prm);
     CUDA_CHECK_LAUNCH("decode_chunk_split_kernel");
     decode_chunk_combine_kernel<T, D><<<dim3(heads, prm.chunk_n), kCombineThreads, 0, stream>>>(prm);
     CUDA_CHECK_LAUNCH("decode_chunk_combine_kernel");
