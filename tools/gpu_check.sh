@@ -16,7 +16,8 @@
 #          f32 checkpointed cache with period DECODE_CKPT_PERIOD, default 64; DECODE_SKIP_CKPT=1 skips it;
 #          DECODE_SAN_FILTER: the sanitizers' gtest filter)
 #          CHUNK_DECODE=1 (any mode that builds the tests; decode mode always): the chunked decode for calls of several
-#          tokens (PATHATTN_DECODE_CHUNK=1, kernels/decode_chunk.cuh): its tests, sanitizers, bench_decode_cuda --tokens
+#          tokens for every S >= 2 (PATHATTN_DECODE_CHUNK=1, kernels/decode_chunk.cuh; the default is S >= 4): its
+#          tests, sanitizers, bench_decode_cuda --tokens S with chunks (1) and single steps (0)
 #   ncu:   the gpu tests, then Nsight Compute on one 32 x 4096 (H 32, D 64) forward: each kernel once
 #   bwd:   the gpu tests, bench_fwd --bwd with per-stage times (PATHATTN_CUDA_PROFILE=1), then Nsight Compute on
 #          one backward's bwd_main and bwd_local (NCU_SHAPE, default 32,4096,32,64); no baselines; SANITIZE=1 adds the
@@ -215,8 +216,8 @@ if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ] || [ "$MODE" =
     run_sanitizers
   fi
 fi
-# The chunked decode (kernels/decode_chunk.cuh; PATHATTN_DECODE_CHUNK=1, opt-in until it has run here): the decode
-# tests with it (every call of several tokens takes it; the chunked bf16-key cases run only with it), memcheck +
+# The chunked decode (kernels/decode_chunk.cuh) for every call of several tokens (PATHATTN_DECODE_CHUNK=1; the
+# default takes it from 4 tokens): the decode tests with it (the S = 2 calls too), memcheck +
 # racecheck on the chunked cases and the graph replays, then bench_decode_cuda --tokens S with and without it on a
 # few shapes (CHUNK_SHAPES, CHUNK_TOKENS). CHUNK_DECODE=1 runs it in any mode that builds the tests; decode mode always.
 chunk_decode_checks() {

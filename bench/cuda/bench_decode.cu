@@ -20,9 +20,9 @@
 // per element pair are 6 (plain) and 4 + 4 / P (checkpointed).
 //
 // --tokens S: S new tokens per call (speculative decoding's verification step): the columns are per call, and the
-// bytes count one pass over the cache per 64 tokens (the chunked call, PATHATTN_DECODE_CHUNK=1,
-// kernels/decode_chunk.cuh; S single steps make S passes, so their % of the ceiling reads S / ceil(S / 64) times
-// too high: compare the us columns). us/token = graph us / S.
+// bytes count one pass over the cache per 64 tokens (the chunked call, kernels/decode_chunk.cuh, the default for
+// S >= 4; PATHATTN_DECODE_CHUNK=0 gives S single steps, S passes, whose bandwidth this column understates by
+// S / ceil(S / 64): compare the us columns). us/token = graph us / S.
 //
 //   bench_decode_cuda [--iters N] [--only D] [--H H] [--HQ HQ] [--gate] [--max-gb G] [--shape B,L,D] [--ckpt P]
 //                     [--cache f32|bf16] [--tokens S]
@@ -117,9 +117,7 @@ int main(int argc, char** argv) {
               "HQ = %d, %s, median of %d calls%s\n",
               prop.name, prop.multiProcessorCount, S, bf16_cache ? "bf16" : "f32", H, HQ,
               gate ? "gate (f64 gcum)" : "no gate", iters,
-              S > 1 ? (std::getenv("PATHATTN_DECODE_CHUNK") && !std::strcmp(std::getenv("PATHATTN_DECODE_CHUNK"), "1")
-                           ? ", chunked (PATHATTN_DECODE_CHUNK=1)"
-                           : ", single steps")
+              S > 1 ? (std::getenv("PATHATTN_DECODE_CHUNK") ? ", PATHATTN_DECODE_CHUNK set" : ", chunked if S >= 4")
                     : "");
   if (ckpt_period)
     std::printf("# checkpointed cache, period %d: bytes = B L H D x (%d + %d / %d) (old k read, v read, one rewrite per "

@@ -408,8 +408,8 @@ void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const 
   int sms = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, in.q.device_index));
   const bool checkpointed = cache.ckpt.defined();
-  // A call of S >= 2 tokens in chunks (launch/decode_chunk.cu): at most 64 splits, since each split adds a partial
-  // per token of the chunk (not yet tuned on the GPU).
+  // A call of several tokens in chunks (launch/decode_chunk.cu): at most 64 splits, since each split adds a partial
+  // per token of the chunk (not tuned).
   const bool chunked = decode_uses_chunks(checkpointed, p.T);
   const int ns_plan = decode_splits(p.B, p.H, Tmax, sms,
                                     decode_split_blocks_per_sm(prm, p.dtype == DType::bf16, static_cast<int>(p.D)));

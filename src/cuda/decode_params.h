@@ -57,8 +57,8 @@ struct DecodeParams {
                       //     0 <= lengths - ckpt < P (the sequence then gets NaN and is left alone)
   float* qcarried;    // [B, HQ, D] workspace: M_t q_t per query head (Eq. 35), the carry kernel's output
 
-  // A call of S >= 2 tokens as chunks of Eq. 43 (kernels/decode_chunk.cuh; the plain cache with
-  // PATHATTN_DECODE_CHUNK=1): the chunk's tokens are step .. step + chunk_n - 1 (chunk_n <= 64).
+  // A call of several tokens as chunks of Eq. 43 (kernels/decode_chunk.cuh; the plain cache, decode_uses_chunks in
+  // launch/decode_launch.h): the chunk's tokens are step .. step + chunk_n - 1 (chunk_n <= 64).
   int chunk_n;
   int chunk_rows;     // min(S, 64): tokens per chunk the partials have room for
   float* chunk_u;     // [B, H, 64, D] workspace: the chunk's U = T b W (Eq. 10), f32, zero past chunk_n

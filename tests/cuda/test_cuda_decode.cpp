@@ -183,13 +183,13 @@ TEST_P(CudaDecode, MatchesCpuDecodeAndReference) {
     for (int64_t e = 0; e < B * Tmax * H * D; ++e) x[e] = std::isnan(x[e]) ? x[e] : round_to(x[e], DType::bf16);
   };
   // The twin rounds once per call, the kernels once per pass over the cache: per token in single steps, per call of
-  // <= 64 tokens in the chunked decode (PATHATTN_DECODE_CHUNK=1, plain cache). A bf16 key cache case with calls of
-  // several tokens therefore runs only where the two agree.
-  const bool rounds_once_per_call =
-      dc.chunks.empty() || (!dc.period && cuda::decode_uses_chunks(false, 2) &&
-                            *std::max_element(dc.chunks.begin(), dc.chunks.end()) <= 64);
+  // <= 64 tokens in the chunked decode (plain cache, calls of at least PATHATTN_DECODE_CHUNK tokens, default 4). A
+  // bf16 key cache case with calls of several tokens therefore runs only where every call rounds once.
+  const bool rounds_once_per_call = std::all_of(dc.chunks.begin(), dc.chunks.end(), [&](int64_t S) {
+    return S == 1 || (!dc.period && cuda::decode_uses_chunks(false, S) && S <= 64);
+  });
   if (dc.k_bf16 && !rounds_once_per_call)
-    GTEST_SKIP() << "a bf16 key cache with calls of several tokens needs the chunked decode (PATHATTN_DECODE_CHUNK=1)";
+    GTEST_SKIP() << "a bf16 key cache with these calls needs the chunked decode for each (PATHATTN_DECODE_CHUNK=1)";
   round_twin_keys();
 
   // The new tokens: token n of sequence b (position prompt_b + n) at [b, n].
@@ -364,8 +364,8 @@ std::vector<DecodeCase> cases() {
   // f32 cumulative gates; w in bf16.
   c.push_back({.H = 2, .HQ = 4, .D = 64, .gate = true, .prompt = {5, 64, 130}, .steps = 30, .gcum_f64 = false,
                .w_lowp = true, .seed = 4});
-  // Calls of several tokens (single steps in order, or chunks of <= 64 with PATHATTN_DECODE_CHUNK=1:
-  // kernels/decode_chunk.cuh) mixed with single steps.
+  // Calls of several tokens (chunks of <= 64 for calls of at least PATHATTN_DECODE_CHUNK tokens, default 4:
+  // kernels/decode_chunk.cuh; single steps in order below that) mixed with single steps.
   c.push_back({.H = 2, .HQ = 4, .D = 64, .gate = true, .prompt = {3, 70, 0}, .steps = 40, .chunks = {1, 3, 1, 7, 1, 1, 26},
                .seed = 5});
   c.push_back({.H = 1, .HQ = 2, .D = 128, .dt = DType::f16, .prompt = {1, 9}, .steps = 24, .chunks = {5, 2, 17},
@@ -529,7 +529,7 @@ TEST(CudaDecodeErrors, NamedErrors) {
 TEST(CudaDecode, ASequenceThatDoesNotFitGetsNaNAndIsLeftAlone) {
   if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
   const int64_t Tmax = 6, H = 1, HQ = 2, D = 64;
-  for (int64_t S : {1, 2}) {  // S = 2: the chunked kernels with PATHATTN_DECODE_CHUNK=1
+  for (int64_t S : {1, 2, 4}) {  // S = 4: the chunked kernels (by default; S = 2 with PATHATTN_DECODE_CHUNK=1)
     // Sequence 0: full (S = 1) or one row short of the two new tokens (S = 2); 1: room; 2: a negative length.
     SmallCache dc({S == 1 ? 6 : 5, 1, -1}, Tmax, H, HQ, D, D);
     const std::vector<double> k0 = download<float>(dc.k), v0 = download<float>(dc.v), g0 = download<double>(dc.g);
@@ -560,7 +560,7 @@ TEST(CudaDecode, ASequenceThatDoesNotFitGetsNaNAndIsLeftAlone) {
 
 // No host work depends on the cache's lengths, so a decoding call can be captured in a CUDA graph (with a workspace
 // from the caller, as torch's allocator gives it) and replayed: the replays equal the eager calls bit for bit. One
-// token per call, and four (the chunked kernels with PATHATTN_DECODE_CHUNK=1).
+// token per call, and four (the chunked kernels by default).
 class CudaDecodeGraph : public ::testing::TestWithParam<int64_t> {};
 TEST_P(CudaDecodeGraph, ReplaysAsEagerCalls) {
   if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";

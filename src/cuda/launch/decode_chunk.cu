@@ -10,10 +10,11 @@
 namespace pathattn::cuda {
 
 bool decode_uses_chunks(bool checkpointed, int64_t S) {
-  // Opt-in (PATHATTN_DECODE_CHUNK=1) until the kernels have run on the GPU; without it a call of S tokens runs S
-  // single steps.
-  static const bool on = env::flag("PATHATTN_DECODE_CHUNK", false);
-  return on && !checkpointed && S >= 2;
+  // Calls of at least PATHATTN_DECODE_CHUNK tokens (default 4; 0: never; 1 or 2: every call of several tokens). On
+  // the H100 (twenty-second session, H 8, HQ 32, f32 cache; docs/perf/results.md "Chunked decode") a chunk against
+  // S single steps: S = 4 0.94-1.38x the speed (B 1, D 64, 16k: 7% slower), S = 16 2.5-3.0x, S = 64 3.4-4.1x.
+  static const int64_t min_tokens = env::integer("PATHATTN_DECODE_CHUNK", 4, 0);
+  return min_tokens > 0 && !checkpointed && S >= std::max<int64_t>(min_tokens, 2);
 }
 
 namespace {

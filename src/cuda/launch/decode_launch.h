@@ -20,7 +20,8 @@ void launch_decode(const DecodeParams& p, int S, cudaStream_t stream);
 // D = 128 (bf16 inputs, bf16 keys and values, 16-byte rows; 255 registers), else 2. Reads p's cache fields only.
 int decode_split_blocks_per_sm(const DecodeParams& p, bool bf16_inputs, int D);
 // Whether a call of S tokens runs as chunks of up to 64 (kernels/decode_chunk.cuh: each cached row read and carried
-// once per chunk) instead of S single steps: the plain cache, S >= 2, PATHATTN_DECODE_CHUNK=1 (launch/decode_chunk.cu).
+// once per chunk) instead of S single steps: the plain cache, S >= PATHATTN_DECODE_CHUNK (default 4; 0 never;
+// launch/decode_chunk.cu).
 bool decode_uses_chunks(bool checkpointed, int64_t S);
 // The chunked launch sequence; p's workspace has the chunk fields (decode_params.h) for min(S, 64) tokens.
 template <typename T, int D>
