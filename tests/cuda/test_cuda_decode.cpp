@@ -558,6 +558,38 @@ TEST(CudaDecode, ASequenceThatDoesNotFitGetsNaNAndIsLeftAlone) {
   }
 }
 
+// A call of S tokens (chunks of <= 64 from S = 4 by default: one pass over the cache per chunk, Eq. 43) equals the
+// same tokens decoded one per call (S passes), on the same cache, to rounding: o, lse, the whole cache, the lengths.
+// S = 9 (one chunk, a group of 4: 36 query rows in one pass), 64 (a full chunk: four passes) and 70
+// (two chunks in one call); lengths 0, 3 and 70.
+TEST(CudaDecode, ACallOfSTokensEqualsTheSameTokensOneByOne) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  const int64_t H = 2, HQ = 8, D = 64, Tmax = 160;
+  const std::vector<int64_t> lens = {0, 3, 70};
+  const int64_t B = static_cast<int64_t>(lens.size());
+  for (int64_t S : {9, 64, 70}) {
+    SCOPED_TRACE("S = " + std::to_string(S));
+    SmallCache at_once(lens, Tmax, H, HQ, D, D), one_by_one(lens, Tmax, H, HQ, D, D);
+    SmallStep st(B, S, H, HQ, D, D, 46 + S);
+    DevOut oa({B, S, HQ, D}, DType::bf16), la({B, S, HQ}, DType::f32), ob({B, S, HQ, D}, DType::bf16),
+        lb({B, S, HQ}, DType::f32);
+    ASSERT_NO_THROW(pathattn::decode(st.in, at_once.view(), {oa.view, la.view, {}}, Backend::cuda));
+    for (int64_t n = 0; n < S; ++n)
+      ASSERT_NO_THROW(pathattn::decode(step_inputs(st.in, n, 1), one_by_one.view(),
+                                       {rows(ob.view, n, 1), rows(lb.view, n, 1), {}}, Backend::cuda));
+    TEST_CUDA(cudaDeviceSynchronize());
+    EXPECT_EQ(download<int32_t>(at_once.len), download<int32_t>(one_by_one.len));
+    EXPECT_EQ(download<int32_t>(at_once.len), std::vector<double>({0.0 + S, 3.0 + S, 70.0 + S}));
+    const std::vector<double> o = oa.to_vector();
+    EXPECT_EQ(count_nonfinite(o), 0);
+    expect_close("o", o, ob.to_vector(), tol::kBf16UnitRoundoff + tol::kCudaDecodeVsCpu);
+    expect_close("lse", la.to_vector(), lb.to_vector(), tol::kCudaDecodeVsCpu);
+    expect_close("cache.k", download<float>(at_once.k), download<float>(one_by_one.k), tol::kCudaDecodeVsCpu);
+    EXPECT_EQ(download<float>(at_once.v), download<float>(one_by_one.v)) << "values are appended as given";
+    expect_close("cache.gcum", download<double>(at_once.g), download<double>(one_by_one.g), tol::kCudaDecodeVsCpu);
+  }
+}
+
 // No host work depends on the cache's lengths, so a decoding call can be captured in a CUDA graph (with a workspace
 // from the caller, as torch's allocator gives it) and replayed: the replays equal the eager calls bit for bit. One
 // token per call, and four (the chunked kernels by default).
