@@ -221,13 +221,17 @@ fi
 # racecheck on the chunked cases and the graph replays, then bench_decode_cuda --tokens S with and without it on a
 # few shapes (CHUNK_SHAPES, CHUNK_TOKENS). CHUNK_DECODE=1 runs it in any mode that builds the tests; decode mode always.
 chunk_decode_checks() {
-  local t0 rc shape S on
-  t0=$(date +%s)
-  PATHATTN_DECODE_CHUNK=1 build-gpu/tests/cuda/test_cuda_decode > "$OUT/tests_decode_chunk.log" 2>&1
-  note "decode gpu tests, PATHATTN_DECODE_CHUNK=1: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_decode_chunk.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
-  grep -E "^\[  FAILED  \]|ratio to bound [1-9]|Failure|Expected|Which is" "$OUT/tests_decode_chunk.log" | head -30 | tee -a "$SUMMARY"
+  local t0 rc shape S on env
+  for env in PATHATTN_DECODE_CHUNK= PATHATTN_DECODE_CHUNK=1; do  # the default (chunks from 4 tokens), then every call
+    t0=$(date +%s)
+    env "$env" build-gpu/tests/cuda/test_cuda_decode > "$OUT/tests_decode_chunk.log" 2>&1
+    note "decode gpu tests, $env: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_decode_chunk.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
+    grep -E "^\[  FAILED  \]|ratio to bound [1-9]|Failure|Expected|Which is|rel err" "$OUT/tests_decode_chunk.log" |
+      grep -v "ratio to bound 0" | head -30 | tee -a "$SUMMARY"
+  done
+  grep -A12 "ACallOfSTokens" "$OUT/tests_decode_chunk.log" | grep -E "rel err|OK|FAILED" | tee -a "$SUMMARY"
   PATHATTN_DECODE_CHUNK=1 sanitize decode_chunk build-gpu/tests/cuda/test_cuda_decode \
-    '*chunked*:CudaDecode.*:*CudaDecodeGraph*' 300
+    "${CHUNK_SAN_FILTER:-*chunked*:CudaDecode.*:*CudaDecodeGraph*}" 300
   for shape in ${CHUNK_SHAPES:-1,16384,64 8,16384,64 64,4096,64 1,65536,128 8,16384,128}; do
     for S in ${CHUNK_TOKENS:-4 16 64}; do
       for on in 0 1; do
