@@ -87,29 +87,7 @@ __global__ void __launch_bounds__(kDecodeChunkThreads) decode_chunk_prep_kernel(
     sBeta[r] = r < n ? p.beta[b * p.sbeta.b + static_cast<int64_t>(t0 + r) * p.sbeta.t + h * p.sbeta.h] : 0.f;
   __syncthreads();
 
-  // A = strict_lower(b W W^T), X = strict_lower(W K^T) (Eq. 10, 12).
-  {
-    float acc[4][4];
-    tile_nt<D>(sW, LD, sW, LD, acc);
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int i = ty + 16 * a, j = tx + 16 * c;
-        sA[i * LC + j] = i > j ? sBeta[i] * acc[a][c] : 0.f;
-      }
-    tile_nt<D>(sW, LD, sK, LD, acc);
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int i = ty + 16 * a, j = tx + 16 * c;
-        sX[i * LC + j] = i > j ? acc[a][c] : 0.f;
-      }
-  }
-  __syncthreads();
-  ut_solve_f32<C>(sA, LC, sT, LC);  // T = (I + A)^{-1} (Eq. 10)
-  __syncthreads();
+  chunk_ut_factor<D>(sW, sK, sBeta, sA, sT, sX);  // A, X = strict_lower(W K^T), T = (I + A)^{-1} (Eq. 10, 12)
 
   // U = T b W (Eq. 10), kept here and stored with W (f32) for the split kernel's carry; M = T b X into sA (Eq. 12).
   const int64_t uw0 = (static_cast<int64_t>(b) * p.H + h) * C * D;
@@ -161,19 +139,9 @@ __global__ void __launch_bounds__(kDecodeChunkThreads) decode_chunk_prep_kernel(
     }
     __syncthreads();
     // QW = lower(Q W^T) (diagonal included, Eq. 13) into sX; Q K^T in registers.
+    tile_nt_lower<D>(sQ, LD, sW, LD, sX, LC, true);
     float qk[4][4];
-    {
-      float acc[4][4];
-      tile_nt<D>(sQ, LD, sW, LD, acc);
-#pragma unroll
-      for (int a = 0; a < 4; ++a)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int i = ty + 16 * a, j = tx + 16 * c;
-          sX[i * LC + j] = i >= j ? acc[a][c] : 0.f;
-        }
-      tile_nt<D>(sQ, LD, sK, LD, qk);
-    }
+    tile_nt<D>(sQ, LD, sK, LD, qk);
     __syncthreads();
     // Q^ = Q - QW U (Eq. 13): the queries carried back to the chunk's start, for the split kernel.
     float* qhat = p.chunk_q + (static_cast<int64_t>(b) * p.HQ + hq) * C * D;

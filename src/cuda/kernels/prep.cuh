@@ -38,6 +38,37 @@ __device__ __forceinline__ void tile_nt(const float* X, int ldx, const float* Y,
       for (int b = 0; b < kB; ++b) acc[a][b] = fmaf(x[a], y[b], acc[a][b]);
   }
 }
+
+// out[i][j] = r_i (X Y^T)[i][j] on and below the diagonal (diag) or strictly below it, 0 elsewhere, for the C x C
+// tile (r_i = row_scale[i], or 1 without row_scale). Every thread of the 256 calls it; no barrier inside.
+template <int K>
+__device__ __forceinline__ void tile_nt_lower(const float* X, int ldx, const float* Y, int ldy, float* out, int ldo,
+                                              bool diag, const float* row_scale = nullptr) {
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  float acc[4][4];
+  tile_nt<K>(X, ldx, Y, ldy, acc);
+#pragma unroll
+  for (int a = 0; a < 4; ++a)
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const int i = ty + 16 * a, j = tx + 16 * b;
+      const float r = row_scale ? row_scale[i] : 1.f;
+      out[i * ldo + j] = (diag ? i >= j : i > j) ? r * acc[a][b] : 0.f;
+    }
+}
+
+// The chunk's UT factor from W, K (f32, rows of length D + 1) and beta in shared memory: A = strict_lower(b W W^T)
+// into sA, X = strict_lower(W K^T) into sX (Eq. 10, 12), T = (I + A)^{-1} into sT (Eq. 10). Starts after the
+// caller's barrier over the loads, ends with a barrier; every thread of the 256 calls it.
+template <int D>
+__device__ __forceinline__ void chunk_ut_factor(const float* sW, const float* sK, const float* sBeta, float* sA,
+                                                float* sT, float* sX) {
+  tile_nt_lower<D>(sW, D + 1, sW, D + 1, sA, LC, false, sBeta);
+  tile_nt_lower<D>(sW, D + 1, sK, D + 1, sX, LC, false);
+  __syncthreads();
+  ut_solve_f32<C>(sA, LC, sT, LC);
+  __syncthreads();
+}
 }  // namespace prep_detail
 
 template <typename T, int D>
@@ -84,31 +115,7 @@ __global__ void __launch_bounds__(256) prep_kernel(FwdParams p) {
     sBeta[r] = r < ci.len ? p.beta[ci.b * p.sbeta.b + (int64_t)(ci.t0 + r) * p.sbeta.t + h * p.sbeta.h] : 0.f;
   __syncthreads();
 
-  // A = strict_lower(b W W^T) and X = strict_lower(W K^T) (Eq. 10, 12).
-  {
-    const int tx = tid % 16, ty = tid / 16;
-    float acc[4][4];
-    tile_nt<D>(sW, LD, sW, LD, acc);
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        const int i = ty + 16 * a, j = tx + 16 * b;
-        sA[i * LC + j] = i > j ? sBeta[i] * acc[a][b] : 0.f;
-      }
-    tile_nt<D>(sW, LD, sK, LD, acc);
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        const int i = ty + 16 * a, j = tx + 16 * b;
-        sX[i * LC + j] = i > j ? acc[a][b] : 0.f;
-      }
-  }
-  __syncthreads();
-
-  ut_solve_f32<C>(sA, LC, sT, LC);  // T = (I + A)^{-1} (Eq. 10)
-  __syncthreads();
+  chunk_ut_factor<D>(sW, sK, sBeta, sA, sT, sX);  // A, X = strict_lower(W K^T), T = (I + A)^{-1} (Eq. 10, 12)
 
   const int64_t base = ((int64_t)gc * p.H + h) * C;  // row index of this (chunk, head) in the workspace
   T* gU = static_cast<T*>(p.ws.u) + base * D;
