@@ -177,8 +177,8 @@ def decode(q, k, v, w, beta, cache, g=None, scale=None, return_lse=False):
     the whole sequences. The tokens are on the cache's device (else a RuntimeError naming the tensor). CPU: float32,
     S > 1 carries the cache with one UT factor per 64 tokens (docs/spec.md §4), a cache without room for S more is
     an error. CUDA: bfloat16/float16 q, k, v with float32 w, beta, g, on torch's current stream, nothing read back
-    to the host; S > 1 runs S single steps; a sequence without room gets NaN outputs and is left as it was (call
-    cache.reserve(S) first). No gradients."""
+    to the host; S >= 4 runs as one pass over the cache per 64 tokens, S = 2, 3 as single steps; a sequence
+    without room gets NaN outputs and is left as it was (call cache.reserve(S) first). No gradients."""
     _check_dense(q=q, k=k, v=v, w=w, beta=beta, g=g)
     scale = None if scale is None else float(scale)
     o, lse = torch.ops.pathattn.decode(

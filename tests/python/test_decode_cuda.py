@@ -113,11 +113,14 @@ def test_prefill_then_decode_equals_the_full_forward(device, gate, H, HQ):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("gate", [False, True])
-def test_s_tokens_at_once_equal_one_by_one(device, gate):
-    """On CUDA a call of S tokens runs the same S single-token steps in order (docs/cuda.md "Decode": the same
-    kernels, splits and partitions of the rows), so it gives the same bits as S calls of one token, outputs and
-    cache alike. The CPU carries the S tokens with one UT factor: equal to f32 rounding."""
-    B, T0, S, H, HQ = 2, 40, 6, 2, 4
+@pytest.mark.parametrize("S", [3, 6])
+def test_s_tokens_at_once_equal_one_by_one(device, gate, S):
+    """On CUDA a call of fewer than 4 tokens (PATHATTN_DECODE_CHUNK's default) runs the same S single-token steps in
+    order (docs/cuda.md "Decode": the same kernels, splits and partitions of the rows), so it gives the same bits as
+    S calls of one token, outputs and cache alike; a call of 4 or more runs as one chunk (one UT factor, one pass
+    over the cache): equal to f32 rounding, as the CPU's, which carries every call of S tokens with one UT factor.
+    The values and lengths are equal either way."""
+    B, T0, H, HQ = 2, 40, 2, 4
     x = on_device(exact_inputs(B, T0 + S, H, HQ, gate, seed=42), device)
     _, _, kcache = pathattn.prefill(**rows(x, 0, T0))
     caches = [
@@ -132,8 +135,11 @@ def test_s_tokens_at_once_equal_one_by_one(device, gate):
     if gate:
         pairs.append(("cache.gcum", caches[0].gcum, caches[1].gcum))
     for name, a, b in pairs:
-        if device == "cuda":
+        if (device == "cuda" and S < 4) or name in ("cache.v", "cache.lengths"):
             assert torch.equal(a, b), name
+        elif device == "cuda":  # the chunk against S single steps: f32 rounding (o in bf16: plus its rounding)
+            rtol = CUDA_DECODE_VS_CPU_RTOL + (BF16_UNIT_ROUNDOFF if name == "o" else 0.0)
+            assert rel_l2(a.double(), b.double()) <= rtol, (name, rel_l2(a.double(), b.double()))
         else:
             torch.testing.assert_close(a, b, rtol=F32_VS_REFERENCE_RTOL, atol=F32_VS_REFERENCE_ATOL, msg=name)
 
