@@ -62,6 +62,63 @@ TEST(Decode, ContinuesAForwardPrefill) {
   expect_matches_reference(P, o, lse, cache);
 }
 
+// commit = false (speculative decoding's verification) leaves the cache, gates and lengths exactly as they were;
+// committing the same tokens afterwards continues as if the draft had never been tried (the cache equals one that
+// only committed, and both match the reference). Calls of 1, 5 and 70 tokens (two chunks) from 30 cached tokens.
+TEST(Decode, WithoutCommitTheSameOutputsAndTheCacheUntouched) {
+  for (bool gate : {false, true}) {
+    SCOPED_TRACE(gate ? "with gate" : "no gate");
+    const Spec s{.B = 2, .T = 106, .H = 2, .HQ = 4, .D = 16, .DV = 8, .gate = gate, .seed = 34};
+    Problem64 P(s);
+    Case<float> c(P);
+    const int64_t start = 30;
+    DecodeState tried(s, s.T), committed(s, s.T);
+    Buffer<float> o({s.B, s.T, s.HQ, s.DV}, DType::f32), lse({s.B, s.T, s.HQ}, DType::f32);
+    Buffer<float> o2({s.B, s.T, s.HQ, s.DV}, DType::f32), lse2({s.B, s.T, s.HQ}, DType::f32);
+    // Both caches hold the first 30 tokens.
+    decode(step_inputs(c.in, 0, start), tried.view(gate), {rows(o.view, 0, start), rows(lse.view, 0, start), {}},
+           Backend::cpu);
+    decode(step_inputs(c.in, 0, start), committed.view(gate), {rows(o2.view, 0, start), rows(lse2.view, 0, start), {}},
+           Backend::cpu);
+    int64_t t0 = start;
+    for (int64_t S : {1, 5, 70}) {
+      SCOPED_TRACE("S = " + std::to_string(S));
+      const std::vector<double> k0 = tried.k.to_vector(), v0 = tried.v.to_vector(), g0 = tried.gcum.to_vector();
+      const Inputs step = step_inputs(c.in, t0, S);
+      decode(step, tried.view(gate), {rows(o.view, t0, S), rows(lse.view, t0, S), {}}, Backend::cpu, false);
+      EXPECT_EQ(tried.k.to_vector(), k0) << "cache.k";
+      EXPECT_EQ(tried.v.to_vector(), v0) << "cache.v";
+      EXPECT_EQ(tried.gcum.to_vector(), g0) << "cache.gcum";
+      for (int64_t b = 0; b < s.B; ++b) EXPECT_EQ(tried.lengths.data()[b], t0) << "lengths[" << b << "]";
+      decode(step, committed.view(gate), {rows(o2.view, t0, S), rows(lse2.view, t0, S), {}}, Backend::cpu);
+      // Accept the whole draft: commit it on the tried cache too, which must then equal the committed one.
+      decode(step, tried.view(gate), {rows(o.view, t0, S), rows(lse.view, t0, S), {}}, Backend::cpu);
+      t0 += S;
+    }
+    EXPECT_EQ(o.to_vector(), o2.to_vector()) << "o";
+    EXPECT_EQ(lse.to_vector(), lse2.to_vector()) << "lse";
+    EXPECT_EQ(tried.k.to_vector(), committed.k.to_vector()) << "cache.k";
+    expect_matches_reference(P, o2, lse2, committed);
+  }
+}
+
+// The uncommitted call's o and lse equal the committing call's, bit for bit (the same code on a copy of the history).
+TEST(Decode, WithoutCommitEqualsTheCommittedOutputs) {
+  const Spec s{.B = 1, .T = 40, .H = 1, .HQ = 2, .D = 16, .DV = 16, .gate = true, .beta = BetaDist::near1, .seed = 35};
+  Problem64 P(s);
+  Case<float> c(P);
+  DecodeState cache(s, s.T);
+  Buffer<float> o({s.B, s.T, s.HQ, s.DV}, DType::f32), lse({s.B, s.T, s.HQ}, DType::f32);
+  Buffer<float> od({1, 9, 2, 16}, DType::f32), ld({1, 9, 2}, DType::f32);
+  decode(step_inputs(c.in, 0, 31), cache.view(true), {rows(o.view, 0, 31), rows(lse.view, 0, 31), {}}, Backend::cpu);
+  decode(step_inputs(c.in, 31, 9), cache.view(true), {od.view, ld.view, {}}, Backend::cpu, false);
+  decode(step_inputs(c.in, 31, 9), cache.view(true), {rows(o.view, 31, 9), rows(lse.view, 31, 9), {}}, Backend::cpu);
+  const std::vector<double> all = o.to_vector(), alll = lse.to_vector(), d = od.to_vector(), dl = ld.to_vector();
+  EXPECT_EQ(d, std::vector<double>(all.begin() + 31 * 2 * 16, all.end()));
+  EXPECT_EQ(dl, std::vector<double>(alll.begin() + 31 * 2, alll.end()));
+  expect_matches_reference(P, o, lse, cache);
+}
+
 TEST(Decode, BadCacheArgumentsAreNamed) {
   const Spec s{.B = 1, .T = 8, .H = 1, .HQ = 1, .D = 16, .DV = 16, .gate = true, .seed = 33};
   Problem64 P(s);

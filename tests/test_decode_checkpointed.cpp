@@ -133,9 +133,9 @@ TEST(CheckpointedDecodeSequences, BadCheckpointArgumentsAreNamed) {
   Case<float> c(P);
   CheckpointState ck(s, 10, 4);
   Buffer<float> o({1, 4, 1, 16}, DType::f32), lse({1, 4, 1}, DType::f32);
-  auto msg = [&](DecodeCache dc) {
+  auto msg = [&](DecodeCache dc, bool commit = true) {
     try {
-      decode(c.in, dc, {o.view, lse.view, {}}, Backend::cpu);
+      decode(c.in, dc, {o.view, lse.view, {}}, Backend::cpu, commit);
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -156,6 +156,7 @@ TEST(CheckpointedDecodeSequences, BadCheckpointArgumentsAreNamed) {
   DecodeCache wrong = ck.view(false);
   wrong.carry.sizes[3] = 8;
   EXPECT_TRUE(Mentions(msg(wrong), "cache.carry (output) must have shape [1, 1, 16, 16]"));
+  EXPECT_TRUE(Mentions(msg(ck.view(false), false), "commit = false takes the plain cache, not a checkpointed one"));
   EXPECT_EQ(ck.lengths.data()[0], 5) << "a refused call must not advance the cache";
   EXPECT_EQ(ck.ckpt.data()[0], 5);
 }

@@ -82,13 +82,13 @@ void DecodeState::reserve(int64_t n) {
 }
 
 DecodeOutput decode(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& beta,
-                    DecodeState& state, const std::optional<Tensor>& g, std::optional<double> scale) {
+                    DecodeState& state, const std::optional<Tensor>& g, std::optional<double> scale, bool commit) {
   torch::NoGradGuard no_grad;
   TORCH_CHECK(state.k.defined() && state.v.defined() && state.lengths.defined(),
               "pathattn: decode: the DecodeState is empty (use DecodeState::empty or from_prefill)");
   auto [o, lse] = torch_ops::call_decode(q, k, v, w, beta, to_opt(g), to_opt_scale(scale), state.k, state.v,
                                          to_opt(state.gcum), state.lengths, to_opt(state.ckpt), to_opt(state.carry),
-                                         state.period);
+                                         state.period, commit);
   return {o, lse};
 }
 

@@ -135,7 +135,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> bwd(const Tensor& q, 
 }
 
 // One decoding step of S tokens on a caller-owned cache (docs/spec.md §4, pathattn::decode): the cache tensors are
-// updated in place (rows [len, len + S) appended, earlier keys carried), lengths advanced by S. Registered for CPU
+// updated in place (rows [len, len + S) appended, earlier keys carried), lengths advanced by S; with commit = false
+// only o and lse (speculative decoding's verification; the cache is left as it was). Registered for CPU
 // and CUDA alike: the dispatcher picks CUDA when any argument is a CUDA tensor, and the core then requires every
 // tensor, the cache's included, on q's device (its error names the tensor, e.g. a CPU cache with CUDA inputs:
 // "cache.k (output) must be on the device of q (cuda:0), got cpu:0"). On CUDA the kernels run on torch's current
@@ -144,7 +145,7 @@ std::tuple<Tensor, Tensor> dec(const Tensor& q, const Tensor& k, const Tensor& v
                                const opt<Tensor>& g, opt<double> scale, const Tensor& cache_k, const Tensor& cache_v,
                                const opt<Tensor>& cache_gcum, const Tensor& cache_lengths,
                                const opt<Tensor>& cache_ckpt, const opt<Tensor>& cache_carry,
-                               int64_t ckpt_period) {
+                               int64_t ckpt_period, bool commit) {
   return translate_errors([&] {
     Tensor workspace;
     const Inputs in = make_inputs(q, k, v, w, beta, g, scale, opt<Tensor>(), &workspace);
@@ -164,7 +165,7 @@ std::tuple<Tensor, Tensor> dec(const Tensor& q, const Tensor& k, const Tensor& v
     ForwardOutputs out;
     out.o = to_view(o, "o");
     out.lse = to_view(lse, "lse");
-    decode(in, cache, out, Backend::automatic);
+    decode(in, cache, out, Backend::automatic, commit);
     return std::make_tuple(o, lse);
   });
 }
@@ -202,14 +203,14 @@ std::tuple<Tensor, Tensor> call_decode(const Tensor& q, const Tensor& k, const T
                                        const Tensor& beta, const opt<Tensor>& g, opt<double> scale,
                                        const Tensor& cache_k, const Tensor& cache_v, const opt<Tensor>& cache_gcum,
                                        const Tensor& cache_lengths, const opt<Tensor>& cache_ckpt,
-                                       const opt<Tensor>& cache_carry, int64_t ckpt_period) {
+                                       const opt<Tensor>& cache_carry, int64_t ckpt_period, bool commit) {
   check_dense({{&q, "q"}, {&k, "k"}, {&v, "v"}, {&w, "w"}, {&beta, "beta"}, {g ? &*g : nullptr, "g"},
                {&cache_k, "cache_k"}, {&cache_v, "cache_v"}, {cache_gcum ? &*cache_gcum : nullptr, "cache_gcum"},
                {&cache_lengths, "cache_lengths"}, {cache_ckpt ? &*cache_ckpt : nullptr, "cache_ckpt"},
                {cache_carry ? &*cache_carry : nullptr, "cache_carry"}});
   static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("pathattn::decode", "").typed<decltype(dec)>();
   return op.call(q, k, v, w, beta, g, scale, cache_k, cache_v, cache_gcum, cache_lengths, cache_ckpt, cache_carry,
-                 ckpt_period);
+                 ckpt_period, commit);
 }
 
 }  // namespace pathattn::torch_ops
@@ -225,7 +226,7 @@ TORCH_LIBRARY(pathattn, m) {
   m.def(
       "decode(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, float? scale, Tensor(a!) cache_k, "
       "Tensor(b!) cache_v, Tensor(c!)? cache_gcum, Tensor(d!) cache_lengths, Tensor(e!)? cache_ckpt=None, "
-      "Tensor(f!)? cache_carry=None, int ckpt_period=0) -> (Tensor o, Tensor lse)");
+      "Tensor(f!)? cache_carry=None, int ckpt_period=0, bool commit=True) -> (Tensor o, Tensor lse)");
 }
 
 TORCH_LIBRARY_IMPL(pathattn, CPU, m) {

@@ -7,10 +7,12 @@
 //                 -> (Tensor dq, Tensor dk, Tensor dv, Tensor dw, Tensor dbeta, Tensor dg)
 //   pathattn::decode(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, float? scale,
 //                    Tensor(a!) cache_k, Tensor(b!) cache_v, Tensor(c!)? cache_gcum, Tensor(d!) cache_lengths,
-//                    Tensor(e!)? cache_ckpt=None, Tensor(f!)? cache_carry=None, int ckpt_period=0)
-//                 -> (Tensor o, Tensor lse)          (the cache tensors are updated in place; CPU float32, or
-//                                                     CUDA bf16/f16 q, k, v with the cache and lengths on q's device;
-//                                                     the last three: the checkpointed cache, CPU and CUDA)
+//                    Tensor(e!)? cache_ckpt=None, Tensor(f!)? cache_carry=None, int ckpt_period=0,
+//                    bool commit=True)
+//                 -> (Tensor o, Tensor lse)          (the cache tensors are updated in place, unless commit is
+//                                                     false; CPU float32, or CUDA bf16/f16 q, k, v with the cache and
+//                                                     lengths on q's device; ckpt, carry and period: the
+//                                                     checkpointed cache, CPU and CUDA)
 // Absent outputs (kcache when not asked for, dg without a gate) are empty tensors of shape [0]: an op's
 // Tensor result cannot be None.
 #pragma once
@@ -51,6 +53,6 @@ std::tuple<at::Tensor, at::Tensor> call_decode(const at::Tensor& q, const at::Te
                                                const at::Tensor& cache_lengths,
                                                const opt<at::Tensor>& cache_ckpt = opt<at::Tensor>(),
                                                const opt<at::Tensor>& cache_carry = opt<at::Tensor>(),
-                                               int64_t ckpt_period = 0);
+                                               int64_t ckpt_period = 0, bool commit = true);
 
 }  // namespace pathattn::torch_ops

@@ -74,10 +74,13 @@ struct DecodeOutput {
 // g [B, S, HQ] iff the cache has gates) and attends them to the cache: equal to path_attention over the whole
 // sequence, to rounding. The inputs are on the cache's device (a mismatch is a c10::Error naming the tensor). CUDA:
 // on torch's current stream, reading nothing back to the host (scratch from torch's caching allocator); a call of
-// S tokens runs S single steps; a sequence without room for them gets NaN o and lse and is left as it was (the CPU
-// throws instead: call reserve() first). No gradients.
+// S >= 4 tokens runs as one pass over the cache per 64 tokens, fewer as single steps; a sequence without room for
+// them gets NaN o and lse and is left as it was (the CPU throws instead: call reserve() first). commit = false:
+// the same o and lse with the state left as it was (speculative decoding: verify the draft tokens, then decode the
+// accepted ones; the plain cache only, at most 64 tokens on CUDA). No gradients.
 DecodeOutput decode(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& w,
                     const torch::Tensor& beta, DecodeState& state,
-                    const std::optional<torch::Tensor>& g = std::nullopt, std::optional<double> scale = std::nullopt);
+                    const std::optional<torch::Tensor>& g = std::nullopt, std::optional<double> scale = std::nullopt,
+                    bool commit = true);
 
 }  // namespace pathattn

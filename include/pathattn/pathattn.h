@@ -193,7 +193,11 @@ struct DecodeCache {
 // rounding, to forward() over the longer sequence. A prefill continues from forward()'s kcache with v and G copied.
 // CPU: float32. CUDA: bf16 / f16 inputs, D = DV in {64, 128}, the cache as above with lengths on the device; there a
 // sequence whose lengths[b] + S exceeds Tmax gets NaN o and lse and is left untouched (docs/cuda.md "Decode").
-void decode(const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out, Backend backend = Backend::automatic);
+// commit = false (speculative decoding's verification): the same o and lse, but the cache and lengths are left as
+// they were, since a PaTH cache cannot be rolled back (H_t is singular at beta_t = 1); decode the accepted tokens
+// again with commit = true. The plain cache only; on CUDA at most 64 tokens (one pass over the cache).
+void decode(const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out, Backend backend = Backend::automatic,
+            bool commit = true);
 
 // Sets the number of threads the CPU paths use (0: all cores). Returns the previous value.
 int set_num_threads(int n);

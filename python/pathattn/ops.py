@@ -170,7 +170,7 @@ class DecodeCache:
 
 
 @torch.no_grad()
-def decode(q, k, v, w, beta, cache, g=None, scale=None, return_lse=False):
+def decode(q, k, v, w, beta, cache, g=None, scale=None, return_lse=False, commit=True):
     """Appends S new tokens per sequence to `cache` (a DecodeCache, updated in place) and attends them to it:
     q [B, S, HQ, D], k and w [B, S, H, D], v [B, S, H, DV], beta [B, S, H], g [B, S, HQ] iff the cache is gated.
     Returns o [B, S, HQ, DV] (and lse [B, S, HQ] with return_lse): equal, to rounding, to path_attention over
@@ -178,11 +178,14 @@ def decode(q, k, v, w, beta, cache, g=None, scale=None, return_lse=False):
     S > 1 carries the cache with one UT factor per 64 tokens (docs/spec.md §4), a cache without room for S more is
     an error. CUDA: bfloat16/float16 q, k, v with float32 w, beta, g, on torch's current stream, nothing read back
     to the host; S >= 4 runs as one pass over the cache per 64 tokens, S = 2, 3 as single steps; a sequence
-    without room gets NaN outputs and is left as it was (call cache.reserve(S) first). No gradients."""
+    without room gets NaN outputs and is left as it was (call cache.reserve(S) first). commit=False: the same
+    outputs, the cache left as it was (speculative decoding: a PaTH cache cannot be rolled back, since H_t is
+    singular at beta_t = 1, so verify the draft tokens without commit, then decode the accepted ones; the plain cache
+    only, at most 64 tokens on CUDA). No gradients."""
     _check_dense(q=q, k=k, v=v, w=w, beta=beta, g=g)
     scale = None if scale is None else float(scale)
     o, lse = torch.ops.pathattn.decode(
         q, k, v, w, beta, g, scale, cache.k, cache.v, cache.gcum, cache.lengths, cache.ckpt, cache.carry,
-        cache.period
+        cache.period, bool(commit)
     )
     return (o, lse) if return_lse else o

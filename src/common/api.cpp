@@ -173,7 +173,7 @@ void check_checkpoint(const Problem& p, const DecodeCache& cache, int64_t Tmax) 
 
 }  // namespace
 
-void decode(const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out, Backend backend) {
+void decode(const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out, Backend backend, bool commit) {
   if (in.cu_seqlens.defined())  // before make_problem, which would take it as a packed batch
     throw Error("pathattn: decode takes no cu_seqlens: the cache holds B sequences with their own lengths");
   Problem p = make_problem(in, true);
@@ -216,6 +216,8 @@ void decode(const Inputs& in, const DecodeCache& cache, const ForwardOutputs& ou
   }
   const bool checkpointed = cache.ckpt.defined() || cache.carry.defined();
   if (checkpointed) check_checkpoint(p, cache, Tmax);
+  if (!commit && checkpointed)
+    throw Error("pathattn: decode with commit = false takes the plain cache, not a checkpointed one (cache.ckpt)");
   check_output(out.o, "o", {p.B, p.T, p.HQ, p.DV}, in.v.dtype, p);
   check_output(out.lse, "lse", {p.B, p.T, p.HQ}, lse_dtype(p), p);
   // The cache is read and written in place: it must not alias the new tokens' inputs or the outputs either.
@@ -227,10 +229,10 @@ void decode(const Inputs& in, const DecodeCache& cache, const ForwardOutputs& ou
       if (checkpointed)
         cpu::decode_checkpointed(p, in, cache, out);
       else
-        cpu::decode(p, in, cache, out);
+        cpu::decode(p, in, cache, out, commit);
       break;
 #ifdef PATHATTN_WITH_CUDA
-    case Backend::cuda: cuda::decode(p, in, cache, out); break;
+    case Backend::cuda: cuda::decode(p, in, cache, out, commit); break;
 #endif
     default: throw Error("pathattn: no backend");
   }

@@ -10,7 +10,8 @@ constexpr int64_t kMaxHeadDim = 256;
 
 void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out);
 // Appends p.T new tokens per sequence to the cache (validated by the caller: api.cpp).
-void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out);
+// commit = false: the outputs only, the cache and lengths untouched (pathattn.h).
+void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out, bool commit);
 // The same on a checkpointed cache (cache.ckpt and carry given; docs/math.md Eq. 35-37).
 void decode_checkpointed(const Problem& p, const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out);
 void backward(const Problem& p, const Inputs& in, const TensorView& o, const TensorView& lse, const TensorView& dout,

@@ -10,7 +10,7 @@ namespace pathattn::cpu {
 namespace {
 
 void decode_head(const Problem& p, const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out, int64_t b,
-                 int64_t h) {
+                 int64_t h, bool commit) {
   const int64_t D = p.D, DV = p.DV, G = p.group, S = p.T;
   const int64_t L0 = static_cast<const int32_t*>(cache.lengths.data)[b * cache.lengths.strides[0]], L = L0 + S;
   const Segment old{b, 0, L0}, fresh{b, 0, S}, all{b, 0, L}, tail{b, L0, S};
@@ -37,21 +37,24 @@ void decode_head(const Problem& p, const Inputs& in, const DecodeCache& cache, c
     const ChunkRows rows{&q[t0 * D], S * D, &k[t0 * D], &w[t0 * D], &beta[t0], &o[t0 * DV], S * DV, &lse[t0], S};
     append_chunk(p, hist, L0 + t0, std::min(kChunk, S - t0), rows, scratch);
   }
-  scatter(keys.data(), D, cache.k, all, h);
-  scatter(&v[L0 * DV], DV, cache.v, tail, h);
+  if (commit) {  // the history was a copy: without commit the cache is left as it was
+    scatter(keys.data(), D, cache.k, all, h);
+    scatter(&v[L0 * DV], DV, cache.v, tail, h);
+  }
   for (int64_t j = 0; j < G; ++j) {
     const int64_t hq = h * G + j;
     scatter(&o[j * S * DV], DV, out.o, fresh, hq);
     scatter_scalar(&lse[j * S], out.lse, fresh, hq);
-    if (p.has_gate)
+    if (p.has_gate && commit)
       for (int64_t t = 0; t < S; ++t) store(cache.gcum, offset(cache.gcum, b, L0 + t, hq), gcum[j * L + L0 + t]);
   }
 }
 
 }  // namespace
 
-void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out) {
-  if (p.T > 0) parallel_for(p.B * p.H, [&](int64_t t) { decode_head(p, in, cache, out, t / p.H, t % p.H); });
+void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out, bool commit) {
+  if (p.T > 0) parallel_for(p.B * p.H, [&](int64_t t) { decode_head(p, in, cache, out, t / p.H, t % p.H, commit); });
+  if (!commit) return;
   int32_t* len = static_cast<int32_t*>(cache.lengths.data);
   for (int64_t b = 0; b < p.B; ++b) len[b * cache.lengths.strides[0]] += static_cast<int32_t>(p.T);
 }

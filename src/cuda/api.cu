@@ -379,8 +379,11 @@ Support supports_decode(const Problem& p, const Inputs& in) {
   return supports(p, in, false);
 }
 
-void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out) {
+void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out, bool commit) {
   if (Support s = supports_decode(p, in); !s) throw Error("pathattn: cuda decode: " + s.reason);
+  if (!commit && p.T > kChunk)  // the chunked kernels' one pass reads the cache as it is: one chunk
+    throw Error("pathattn: cuda decode with commit = false takes at most " + std::to_string(kChunk) +
+                " new tokens (one pass over the cache), got S = " + std::to_string(p.T));
   if (Support s = check_rows(out.o, "o", 2); !s) throw Error("pathattn: cuda decode: " + s.reason);
   // Cache rows go through 4-element loads and stores (float4, or 8 bytes for a bf16 / f16 cache).
   for (auto [t, name] : {std::pair{&cache.k, "cache.k"}, {&cache.v, "cache.v"}})
@@ -410,7 +413,7 @@ void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const 
   const bool checkpointed = cache.ckpt.defined();
   // A call of several tokens in chunks (launch/decode_chunk.cu): at most 64 splits, since each split adds a partial
   // per token of the chunk (not tuned).
-  const bool chunked = decode_uses_chunks(checkpointed, p.T);
+  const bool chunked = !commit || decode_uses_chunks(checkpointed, p.T);
   const int ns_plan = decode_splits(p.B, p.H, Tmax, sms,
                                     decode_split_blocks_per_sm(prm, p.dtype == DType::bf16, static_cast<int>(p.D)));
   const int ns = chunked ? std::min(ns_plan, 64) : ns_plan;
@@ -463,6 +466,7 @@ void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const 
   prm.part_o = ws.ptr<float>(part_o);
   prm.part_ml = ws.ptr<float>(part_ml);
   prm.len_snap = ws.ptr<int32_t>(snap);
+  prm.commit = commit;
   if (chunked) {
     prm.chunk_rows = static_cast<int>(chunk_rows);
     prm.chunk_u = ws.ptr<float>(chunk_u);

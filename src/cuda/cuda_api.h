@@ -13,6 +13,7 @@ void backward(const Problem& p, const Inputs& in, const TensorView& o, const Ten
 // Decoding (kernels/decode.cuh): what supports() says plus nothing decode-specific about the inputs; the cache's
 // layout is checked by decode(), which throws Error.
 Support supports_decode(const Problem& p, const Inputs& in);
-void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out);
+// commit = false: the outputs only, through the chunked kernels (S <= 64), the cache and lengths untouched.
+void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out, bool commit);
 
 }  // namespace pathattn::cuda

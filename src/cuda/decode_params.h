@@ -60,6 +60,7 @@ struct DecodeParams {
   // A call of several tokens as chunks of Eq. 43 (kernels/decode_chunk.cuh; the plain cache, decode_uses_chunks in
   // launch/decode_launch.h): the chunk's tokens are step .. step + chunk_n - 1 (chunk_n <= 64).
   int chunk_n;
+  bool commit;        // false: o and lse only; the cache, gates and lengths are left as they were (chunks only)
   int chunk_rows;     // min(S, 64): tokens per chunk the partials have room for
   float* chunk_u;     // [B, H, 64, D] workspace: the chunk's U = T b W (Eq. 10), f32, zero past chunk_n
   float* chunk_w;     // [B, H, 64, D] workspace: its W in f32

@@ -590,6 +590,45 @@ TEST(CudaDecode, ACallOfSTokensEqualsTheSameTokensOneByOne) {
   }
 }
 
+// commit = false (speculative decoding's verification) runs the chunked kernels without their writes: o and lse as
+// a committing call's (to rounding: S = 1 commits through the single-step kernel), the cache, gates and lengths
+// untouched, bit for bit. S = 1, 6, 64; lengths 0, 3 and 70. More than 64 tokens, or a checkpointed cache, is an Error.
+TEST(CudaDecode, WithoutCommitTheSameOutputsAndTheCacheUntouched) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  const int64_t H = 2, HQ = 8, D = 64, Tmax = 160;
+  const std::vector<int64_t> lens = {0, 3, 70};
+  const int64_t B = static_cast<int64_t>(lens.size());
+  for (int64_t S : {1, 6, 64}) {
+    SCOPED_TRACE("S = " + std::to_string(S));
+    SmallCache tried(lens, Tmax, H, HQ, D, D), committed(lens, Tmax, H, HQ, D, D);
+    const std::vector<double> k0 = download<float>(tried.k), v0 = download<float>(tried.v),
+                              g0 = download<double>(tried.g), l0 = download<int32_t>(tried.len);
+    SmallStep st(B, S, H, HQ, D, D, 47 + S);
+    DevOut oa({B, S, HQ, D}, DType::bf16), la({B, S, HQ}, DType::f32), ob({B, S, HQ, D}, DType::bf16),
+        lb({B, S, HQ}, DType::f32);
+    ASSERT_NO_THROW(pathattn::decode(st.in, tried.view(), {oa.view, la.view, {}}, Backend::cuda, false));
+    ASSERT_NO_THROW(pathattn::decode(st.in, committed.view(), {ob.view, lb.view, {}}, Backend::cuda));
+    TEST_CUDA(cudaDeviceSynchronize());
+    EXPECT_EQ(download<float>(tried.k), k0) << "cache.k";
+    EXPECT_EQ(download<float>(tried.v), v0) << "cache.v";
+    EXPECT_EQ(download<double>(tried.g), g0) << "cache.gcum";
+    EXPECT_EQ(download<int32_t>(tried.len), l0) << "lengths";
+    EXPECT_NE(download<float>(committed.k), k0) << "the committing call did carry the cache";
+    EXPECT_EQ(count_nonfinite(oa.to_vector()), 0);
+    expect_close("o", oa.to_vector(), ob.to_vector(), tol::kBf16UnitRoundoff + tol::kCudaDecodeVsCpu);
+    expect_close("lse", la.to_vector(), lb.to_vector(), tol::kCudaDecodeVsCpu);
+  }
+  SmallCache dc({3}, 80, 1, 2, 64, 64);
+  SmallStep st(1, 65, 1, 2, 64, 64, 48);
+  DevOut o({1, 65, 2, 64}, DType::bf16), lse({1, 65, 2}, DType::f32);
+  try {
+    pathattn::decode(st.in, dc.view(), {o.view, lse.view, {}}, Backend::cuda, false);
+    ADD_FAILURE() << "65 tokens without commit were accepted";
+  } catch (const Error& e) {
+    EXPECT_TRUE(Mentions(e.what(), "commit = false takes at most 64 new tokens (one pass over the cache), got S = 65"));
+  }
+}
+
 // No host work depends on the cache's lengths, so a decoding call can be captured in a CUDA graph (with a workspace
 // from the caller, as torch's allocator gives it) and replayed: the replays equal the eager calls bit for bit. One
 // token per call, and four (the chunked kernels by default).

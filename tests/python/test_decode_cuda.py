@@ -146,6 +146,43 @@ def test_s_tokens_at_once_equal_one_by_one(device, gate, S):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("gate", [False, True])
+def test_without_commit_the_cache_is_untouched(device, gate):
+    """commit=False (speculative decoding: verify draft tokens, then decode the accepted ones): o and lse as the
+    committing call gives them (the CPU: the same code, bit for bit; CUDA: to f32 rounding), the cache tensors and
+    lengths unchanged; then committing the accepted prefix continues the sequence as if the draft had not been
+    tried. A checkpointed cache is refused by name."""
+    B, T0, S, H, HQ = 2, 40, 6, 2, 4
+    x = on_device(exact_inputs(B, T0 + S, H, HQ, gate, seed=43), device)
+    _, _, kcache = pathattn.prefill(**rows(x, 0, T0))
+    tried, committed = [
+        pathattn.DecodeCache.from_prefill(kcache, x["v"][:, :T0], x["g"][:, :T0] if gate else None, Tmax=T0 + S)
+        for _ in range(2)
+    ]
+    before = {n: getattr(tried, n).clone() for n in ("k", "v", "lengths") + (("gcum",) if gate else ())}
+    o_try, lse_try = pathattn.decode(**rows(x, T0, T0 + S), cache=tried, return_lse=True, commit=False)
+    for name, t in before.items():
+        assert torch.equal(getattr(tried, name), t), name
+    o, lse = pathattn.decode(**rows(x, T0, T0 + S), cache=committed, return_lse=True)
+    if device == "cuda":
+        assert rel_l2(o_try, o) <= CUDA_DECODE_VS_CPU_RTOL + BF16_UNIT_ROUNDOFF
+        assert rel_l2(lse_try, lse) <= CUDA_DECODE_VS_CPU_RTOL
+    else:
+        assert torch.equal(o_try, o) and torch.equal(lse_try, lse)
+    accepted = 4  # the draft's first 4 tokens: committed on the tried cache, which then matches the committed one's
+    pathattn.decode(**rows(x, T0, T0 + accepted), cache=tried)
+    assert torch.equal(tried.lengths, torch.full_like(tried.lengths, T0 + accepted))
+    o_rest = pathattn.decode(**rows(x, T0 + accepted, T0 + S), cache=tried)
+    assert rel_l2(o_rest, o[:, accepted:]) <= CUDA_DECODE_VS_CPU_RTOL + BF16_UNIT_ROUNDOFF
+    assert rel_l2(tried.k, committed.k) <= CUDA_DECODE_VS_CPU_RTOL
+    ckpt = pathattn.DecodeCache.from_prefill(
+        kcache, x["v"][:, :T0], x["g"][:, :T0] if gate else None, Tmax=T0 + S, checkpoint=16
+    )
+    with pytest.raises(RuntimeError, match="commit = false takes the plain cache"):
+        pathattn.decode(**rows(x, T0, T0 + S), cache=ckpt, commit=False)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("gate", [False, True])
 @pytest.mark.parametrize("period", [1, 5, 16])
 def test_checkpointed_cache_equals_the_plain_one(device, gate, period):
     """The checkpointed cache (docs/math.md Eq. 35-37) through the op: the same outputs as the plain cache over steps

@@ -38,6 +38,29 @@ TEST(DecodeState, PrefillThenStepsEqualTheWholeForward) {
   EXPECT_EQ(state.lengths.sum().item<int64_t>(), B * T);
 }
 
+// commit = false through the libtorch entry point: the outputs of the committing call, the state untouched.
+TEST(DecodeState, WithoutCommitTheStateIsUntouched) {
+  torch::manual_seed(33);
+  const int64_t B = 2, T0 = 30, S = 5, H = 2, HQ = 4, D = 16, DV = 8, T = T0 + S;
+  Tensor q = torch::randn({B, T, HQ, D}), k = torch::randn({B, T, H, D}), v = torch::randn({B, T, H, DV});
+  Tensor w = torch::nn::functional::normalize(torch::randn({B, T, H, D}),
+                                              torch::nn::functional::NormalizeFuncOptions().dim(-1));
+  Tensor beta = 2 * torch::rand({B, T, H}), g = -torch::rand({B, T, HQ});
+  auto rows = [](const Tensor& x, int64_t t0, int64_t n) { return x.narrow(1, t0, n); };
+  const auto pre = pathattn::path_attention_ex(rows(q, 0, T0), rows(k, 0, T0), rows(v, 0, T0), rows(w, 0, T0),
+                                               rows(beta, 0, T0), rows(g, 0, T0), std::nullopt, std::nullopt, true);
+  pathattn::DecodeState state = pathattn::DecodeState::from_prefill(pre.kcache, rows(v, 0, T0), rows(g, 0, T0), T);
+  const Tensor k0 = state.k.clone(), v0 = state.v.clone(), g0 = state.gcum.clone(), l0 = state.lengths.clone();
+  const auto tried = pathattn::decode(rows(q, T0, S), rows(k, T0, S), rows(v, T0, S), rows(w, T0, S),
+                                      rows(beta, T0, S), state, rows(g, T0, S), std::nullopt, /*commit=*/false);
+  EXPECT_TRUE(torch::equal(state.k, k0) && torch::equal(state.v, v0) && torch::equal(state.gcum, g0));
+  EXPECT_TRUE(torch::equal(state.lengths, l0));
+  const auto out = pathattn::decode(rows(q, T0, S), rows(k, T0, S), rows(v, T0, S), rows(w, T0, S),
+                                    rows(beta, T0, S), state, rows(g, T0, S));
+  EXPECT_TRUE(torch::equal(tried.o, out.o) && torch::equal(tried.lse, out.lse)) << "the CPU: the same code";
+  EXPECT_EQ(state.lengths.sum().item<int64_t>(), B * T);
+}
+
 // The same on a checkpointed state (period 8: refreshes inside the steps), beside the plain one.
 TEST(DecodeState, CheckpointedStateEqualsThePlainOne) {
   torch::manual_seed(32);

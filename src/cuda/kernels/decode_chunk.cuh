@@ -16,7 +16,9 @@
 //   3. decode_chunk_combine_kernel, one block per (sequence, query head, token): the num_splits + 1 partials merged
 //      as the single step merges its splits (kernels/decode.cuh merge_partials); lengths advanced by n.
 // A sequence that does not fit (lengths[b] < 0 or lengths[b] + S > Tmax) gets NaN o and lse and is left untouched,
-// as in the single step.
+// as in the single step. Without commit (p.commit false: speculative decoding's verification, one chunk) the same
+// outputs, and no kernel writes the cache, its gates or the lengths: the prep does not append, the split kernel
+// does not carry, the combine does not advance.
 #pragma once
 
 #include "cuda/kernels/decode.cuh"
@@ -109,7 +111,7 @@ __global__ void __launch_bounds__(kDecodeChunkThreads) decode_chunk_prep_kernel(
 
   // Append: K^ = K - M^T W (Eq. 14), k^_j = k_j - sum_{i > j} M[i][j] w_i, carried to the chunk's last token; the
   // values as given.
-  for (int e = tid; e < n * D; e += kDecodeChunkThreads) {
+  for (int e = tid; p.commit && e < n * D; e += kDecodeChunkThreads) {
     const int j = e / D, d = e % D;
     float s = sK[j * LD + d];
     for (int i = j + 1; i < n; ++i) s = fmaf(-sA[i * LC + j], sW[i * LD + d], s);
@@ -134,7 +136,7 @@ __global__ void __launch_bounds__(kDecodeChunkThreads) decode_chunk_prep_kernel(
         G += static_cast<double>(p.g[b * p.sg.b + static_cast<int64_t>(t0 + i) * p.sg.t + hq * p.sg.h]);
         sG[i] = G;
         p.chunk_g[(static_cast<int64_t>(b) * p.HQ + hq) * C + i] = G;
-        store_gcum(p, goff + static_cast<int64_t>(L0 + i) * p.scg.t, G);
+        if (p.commit) store_gcum(p, goff + static_cast<int64_t>(L0 + i) * p.scg.t, G);
       }
     }
     __syncthreads();
@@ -235,7 +237,7 @@ __global__ void __launch_bounds__(kDecodeChunkThreads) decode_chunk_split_kernel
   const int64_t ck0 = b * p.sck.b + h * p.sck.h, cv0 = b * p.scv.b + h * p.scv.h;
 
   for (int pass = 0; pass < passes; ++pass) {
-    const bool carry = pass == passes - 1;  // the last pass carries and stores the rows
+    const bool carry = p.commit && pass == passes - 1;  // the last pass carries and stores the rows
     __syncthreads();  // the previous pass's readers of sQ and sG are done
     for (int e = tid; e < kRows * D; e += kDecodeChunkThreads) {
       const int r = e / D, d = e % D, qr = pass * kRows + r;
@@ -393,7 +395,8 @@ __global__ void __launch_bounds__(kCombineThreads) decode_chunk_combine_kernel(c
   }
   const int64_t part = chunk_part(p, b, hq, i, 0);
   merge_partials<T, D>(p.part_ml + part * 2, p.part_o + part * D, p.num_splits + 1, o, lse, sw, sred, so);
-  if (hq == 0 && i == 0 && threadIdx.x == 0) p.lengths[b * p.slen] = static_cast<int32_t>(before + p.step + p.chunk_n);
+  if (p.commit && hq == 0 && i == 0 && threadIdx.x == 0)
+    p.lengths[b * p.slen] = static_cast<int32_t>(before + p.step + p.chunk_n);
 }
 
 }  // namespace pathattn::cuda
