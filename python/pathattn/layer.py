@@ -101,7 +101,10 @@ class PaTHAttention(nn.Module):
     Generation: forward(x, cache=PaTHLayerCache()) runs the prompt (prefill) and keeps the layer's state; later
     calls with the same cache append their tokens (pathattn.decode: CPU float32, or CUDA with q, k, v in
     bfloat16/float16 as the layer gives them under autocast or in bfloat16), as if the whole sequence had been run
-    at once. No gradients flow through a call with a cache."""
+    at once. No gradients flow through a call with a cache. commit=False on such a call (speculative decoding's
+    verification of draft tokens) gives the same output and leaves the cache as it was (the key cache, the short
+    convolution's inputs, the length); decode the accepted tokens again with commit=True (the default). The
+    prompt's call (the prefill) commits: commit=False before it is a ValueError."""
 
     def __init__(
         self,
@@ -182,9 +185,13 @@ class PaTHAttention(nn.Module):
         cache: Optional[PaTHLayerCache] = None,
         cp_group=None,
         cp_layout: str = "contiguous",
+        commit: bool = True,
     ) -> torch.Tensor:
         if cache is not None and cu_seqlens is not None:
             raise ValueError("pathattn: PaTHAttention takes a cache or cu_seqlens, not both (decode has no varlen)")
+        if not commit and (cache is None or cache.kv is None):
+            raise ValueError("pathattn: PaTHAttention with commit=False needs a cache that holds a prompt (the prefill "
+                             "always commits)")
         if cp_group is not None and (cache is not None or cu_seqlens is not None):
             raise ValueError("pathattn: PaTHAttention with cp_group (context parallel) takes no cache and no cu_seqlens")
         x = hidden_states  # [B, T, E]
@@ -200,7 +207,9 @@ class PaTHAttention(nn.Module):
         w = self.w_proj(x)  # [B, T, H * D]
         if self.use_w_shortconv:
             if cache is not None and cache.kv is not None:  # decoding: continue after the cached inputs
-                w, cache.conv = self.w_conv1d.step(w, cache.conv)
+                w, conv = self.w_conv1d.step(w, cache.conv)
+                if commit:
+                    cache.conv = conv
             elif cp_group is not None:  # context parallel: each segment continues after the previous one's last inputs
                 w = conv_with_halo(self.w_conv1d.step, w, self.conv_size - 1, cp_group, cp_layout)
             else:
@@ -231,6 +240,7 @@ class PaTHAttention(nn.Module):
             with torch.no_grad():
                 if cache.length + T > cache.kv.k.shape[1]:  # grow only when full (reserve reads the lengths back)
                     cache.kv.reserve(T)
-                o = decode(q, k, v, w, beta, cache.kv, g=g)
-                cache.length += T
+                o = decode(q, k, v, w, beta, cache.kv, g=g, commit=commit)
+                if commit:
+                    cache.length += T
         return self.o_proj(o.reshape(B, T, HQ * D))

@@ -97,6 +97,31 @@ def test_generation_with_a_cache_equals_the_full_forward(gate, qk_norm, kv_heads
     torch.testing.assert_close(torch.cat(parts, 1), full, rtol=F32_VS_REFERENCE_RTOL, atol=F32_VS_REFERENCE_ATOL)
 
 
+@pytest.mark.parametrize("gate", [False, True])
+def test_a_call_without_commit_leaves_the_cache(gate):
+    """Speculative decoding through the layer: draft tokens with commit=False give the outputs the committing call
+    gives (the same code on the CPU: bit for bit) and leave the cache (key cache, short-convolution inputs, length)
+    as it was; the accepted prefix then decodes as if the draft had never been tried."""
+    torch.manual_seed(5)
+    layer = pathattn.PaTHAttention(hidden_size=64, num_heads=4, use_forget_gate=gate)
+    x = torch.randn(2, 30, 64)
+    tried, plain = pathattn.PaTHLayerCache(), pathattn.PaTHLayerCache()
+    with torch.no_grad():
+        layer(x[:, :20], cache=tried)
+        layer(x[:, :20], cache=plain)
+        conv, length, k = tried.conv.clone(), tried.length, tried.kv.k.clone()
+        y_try = layer(x[:, 20:26], cache=tried, commit=False)
+        assert tried.length == length and torch.equal(tried.conv, conv) and torch.equal(tried.kv.k, k)
+        y = layer(x[:, 20:26], cache=plain)
+        assert torch.equal(y_try, y)
+        layer(x[:, 20:24], cache=tried)  # accept 4 of the 6 draft tokens
+        y_rest = layer(x[:, 24:30], cache=tried)
+        full = layer(x)
+    torch.testing.assert_close(y_rest, full[:, 24:30], rtol=F32_VS_REFERENCE_RTOL, atol=F32_VS_REFERENCE_ATOL)
+    with pytest.raises(ValueError, match="commit=False needs a cache that holds a prompt"):
+        layer(x, cache=pathattn.PaTHLayerCache(), commit=False)
+
+
 def test_cache_and_cu_seqlens_together_are_refused():
     layer = pathattn.PaTHAttention(hidden_size=32, num_heads=2)
     with pytest.raises(ValueError, match="cache or cu_seqlens"):
