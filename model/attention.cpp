@@ -135,14 +135,18 @@ torch::Tensor AttentionImpl::rope(const torch::Tensor& x, int64_t pos0) const {
   return torch::cat({x1 * cos - x2 * sin, x1 * sin + x2 * cos}, -1).to(x.scalar_type());
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, LayerCache* cache) {
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, LayerCache* cache, bool commit) {
+  if (!commit && (cache == nullptr || cache->empty()))
+    throw std::invalid_argument("commit = false needs a cache that holds a prompt (the prefill commits)");
   if (cache && !cache->empty() && uses_path(cfg_.mechanism) && cache->x.defined()) {
     // PaTH decoding where the op has no decode (a float64 model on the CPU: the CPU decode is float32, and the tests'
     // f64 comparisons want f64 throughout): the whole sequence again through the op's forward, the last T outputs
     // kept. O(L) work per token instead of O(1) rows; CUDA and CPU f32 / bf16 decode through the op (path()).
     auto xs = torch::cat({cache->x, x.detach()}, 1);
-    cache->x = xs;
-    cache->pos = xs.size(1);
+    if (commit) {
+      cache->x = xs;
+      cache->pos = xs.size(1);
+    }
     return forward(xs, nullptr).narrow(1, xs.size(1) - x.size(1), x.size(1));
   }
   const int64_t B = x.size(0), T = x.size(1);
@@ -155,17 +159,17 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, LayerCache* cache) 
   }
   torch::Tensor o;  // [B, T, HQ, D]
   if (uses_path(cfg_.mechanism)) {
-    o = path(q, k, v, x, cache);
+    o = path(q, k, v, x, cache, commit);
   } else if (cache == nullptr || cache->empty()) {
     o = softmax_full(q, k, v, x, cache);
   } else {
-    o = softmax_decode(q, k, v, x, *cache);
+    o = softmax_decode(q, k, v, x, *cache, commit);
   }
   return o_proj(o.reshape({B, T, HQ_ * D_}));
 }
 
 torch::Tensor AttentionImpl::path(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                  const torch::Tensor& x, LayerCache* cache) {
+                                  const torch::Tensor& x, LayerCache* cache, bool commit) {
   const int64_t T = q.size(1);
   torch::Tensor g;  // [B, T, HQ]
   if (uses_gate(cfg_.mechanism)) g = g_of(x);
@@ -174,9 +178,11 @@ torch::Tensor AttentionImpl::path(const torch::Tensor& q, const torch::Tensor& k
   auto w = w_of(x, decoding ? cache->conv : torch::Tensor(), cache ? &conv_out : nullptr);
   auto beta = beta_of(x);
   if (decoding) {  // S = T tokens in one call of the op's decode (CPU f32, or the CUDA decode kernels)
-    cache->conv = conv_out;
-    auto o = op_decode_step(cache->path, cache->pos, q, k, v, w, beta, g);
-    cache->pos += T;
+    auto o = op_decode_step(cache->path, cache->pos, q, k, v, w, beta, g, commit);
+    if (commit) {
+      cache->conv = conv_out;
+      cache->pos += T;
+    }
     return o;
   }
   if (run_.sdpa_for_timing && cache == nullptr) {  // PathRunOptions::sdpa_for_timing: not PaTH (timing only)
@@ -221,7 +227,7 @@ torch::Tensor AttentionImpl::softmax_full(const torch::Tensor& q, const torch::T
 }
 
 torch::Tensor AttentionImpl::softmax_decode(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                            const torch::Tensor& x, LayerCache& cache) {
+                                            const torch::Tensor& x, LayerCache& cache, bool commit) {
   // q [B, T, HQ, D], k, v [B, T, H, D], x [B, T, E]: T new tokens after cache.pos cached ones.
   const double scale = 1.0 / std::sqrt(static_cast<double>(D_));
   auto qr = q, kr = k;
@@ -229,14 +235,19 @@ torch::Tensor AttentionImpl::softmax_decode(const torch::Tensor& q, const torch:
     qr = rope(q, cache.pos);
     kr = rope(k, cache.pos);
   }
-  cache.k = torch::cat({cache.k, kr.transpose(1, 2)}, 2);
-  cache.v = torch::cat({cache.v, v.transpose(1, 2)}, 2);
+  auto kc = torch::cat({cache.k, kr.transpose(1, 2)}, 2), vc = torch::cat({cache.v, v.transpose(1, 2)}, 2);
+  torch::Tensor Gc;
   if (uses_gate(cfg_.mechanism)) {
     auto G = cache.G.narrow(2, cache.pos - 1, 1) + g_of(x).cumsum(1).transpose(1, 2);  // [B, HQ, T]
-    cache.G = torch::cat({cache.G, G}, 2);
+    Gc = torch::cat({cache.G, G}, 2);
   }
-  cache.pos += q.size(1);
-  return softmax_attention(qr.transpose(1, 2), cache.k, cache.v, cache.G, scale).transpose(1, 2);
+  if (commit) {  // without commit the cache keeps its rows (the new ones are dropped with kc, vc, Gc)
+    cache.k = kc;
+    cache.v = vc;
+    if (Gc.defined()) cache.G = Gc;
+    cache.pos += q.size(1);
+  }
+  return softmax_attention(qr.transpose(1, 2), kc, vc, Gc, scale).transpose(1, 2);
 }
 
 }  // namespace pathattn::model

@@ -71,8 +71,10 @@ class AttentionImpl : public torch::nn::Module {
   explicit AttentionImpl(const ModelConfig& cfg);
 
   // x [B, T, E] -> [B, T, E]. cache == nullptr: one full causal sequence. Otherwise an empty cache is filled by a
-  // prefill of x, and a filled one is extended by the T tokens of x (one call of the op's decode for PaTH).
-  torch::Tensor forward(const torch::Tensor& x, LayerCache* cache = nullptr);
+  // prefill of x, and a filled one is extended by the T tokens of x (one call of the op's decode for PaTH). commit =
+  // false on a filled cache (speculative decoding's verification): the same outputs, the cache left as it was (for
+  // PaTH the op's decode without commit; a PaTH cache cannot be rolled back); on an empty one it is an error.
+  torch::Tensor forward(const torch::Tensor& x, LayerCache* cache = nullptr, bool commit = true);
 
   // The direction, strength and gate this layer computes (exposed for tests). conv_state [B, K - 1, H*D] or
   // undefined (zeros); the new state is written to *conv_out when given.
@@ -85,11 +87,11 @@ class AttentionImpl : public torch::nn::Module {
 
  private:
   torch::Tensor path(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& x,
-                     LayerCache* cache);
+                     LayerCache* cache, bool commit);
   torch::Tensor softmax_full(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const torch::Tensor& x, LayerCache* cache);
   torch::Tensor softmax_decode(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& x, LayerCache& cache);
+                               const torch::Tensor& x, LayerCache& cache, bool commit);
   torch::Tensor rope(const torch::Tensor& x, int64_t pos0) const;  // [B, T, heads, D], positions pos0..
 
   ModelConfig cfg_;

@@ -43,12 +43,12 @@ pathattn::DecodeState op_decode_start(const torch::Tensor& kcache, const torch::
 
 torch::Tensor op_decode_step(pathattn::DecodeState& st, int64_t cached, const torch::Tensor& q, const torch::Tensor& k,
                              const torch::Tensor& v, const torch::Tensor& w, const torch::Tensor& beta,
-                             const torch::Tensor& g) {
+                             const torch::Tensor& g, bool commit) {
   const int64_t S = q.size(1);
   if (cached + S > st.k.size(1)) st.reserve(S);
   const CallDtypes dt = call_dtypes(q);  // CPU: f32 (op_decode_supported excludes f64); CUDA: bf16 / f16 and f32
   auto out = pathattn::decode(q.to(dt.qkv), k.to(dt.qkv), v.to(dt.qkv), w.to(dt.wbg), beta.to(dt.wbg), st,
-                              g.defined() ? opt(g.to(dt.wbg)) : std::nullopt);
+                              g.defined() ? opt(g.to(dt.wbg)) : std::nullopt, std::nullopt, commit);
   return out.o.to(v.scalar_type());
 }
 

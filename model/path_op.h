@@ -34,9 +34,9 @@ pathattn::DecodeState op_decode_start(const torch::Tensor& kcache, const torch::
 // has the same count): q [B, S, HQ, D], k, w [B, S, H, D], v [B, S, H, DV], beta [B, S, H], g [B, S, HQ] or undefined
 // -> o [B, S, HQ, DV] in v's dtype. The op's dtypes per device: CPU every input in f32; CUDA q, k, v in bf16 (f16
 // kept), w, beta, g in f32; the state is f32 either way. Grows the state's room when the S tokens would not fit
-// (the only time it reads the lengths back from the device).
+// (the only time it reads the lengths back from the device). commit = false: the state is left as it was.
 torch::Tensor op_decode_step(pathattn::DecodeState& st, int64_t cached, const torch::Tensor& q, const torch::Tensor& k,
                              const torch::Tensor& v, const torch::Tensor& w, const torch::Tensor& beta,
-                             const torch::Tensor& g);
+                             const torch::Tensor& g, bool commit = true);
 
 }  // namespace pathattn::model

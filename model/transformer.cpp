@@ -25,8 +25,8 @@ BlockImpl::BlockImpl(const ModelConfig& cfg) {
   mlp = register_module("mlp", SwiGLU(cfg.d_model, cfg.mlp_size()));
 }
 
-torch::Tensor BlockImpl::forward(const torch::Tensor& x, LayerCache* cache) {
-  auto h = x + attn(norm1(x), cache);
+torch::Tensor BlockImpl::forward(const torch::Tensor& x, LayerCache* cache, bool commit) {
+  auto h = x + attn(norm1(x), cache, commit);
   return h + mlp(norm2(h));
 }
 
@@ -55,11 +55,13 @@ PathRunOptions TransformerImpl::path_run_options() const {
   return blocks.empty() ? PathRunOptions{} : blocks.front()->attention().path_run_options();
 }
 
-torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens, KVCache* cache) {
+torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens, KVCache* cache, bool commit) {
   if (tokens.dim() != 2) throw std::invalid_argument("tokens: expected [B, T] int64");
+  if (!commit && (cache == nullptr || cache->empty()))
+    throw std::invalid_argument("commit = false needs a cache that holds a prompt (the prefill commits)");
   if (cache && cache->empty()) cache->resize(blocks.size());
   auto x = embed(tokens);  // [B, T, E]
-  for (size_t l = 0; l < blocks.size(); ++l) x = blocks[l](x, cache ? &(*cache)[l] : nullptr);
+  for (size_t l = 0; l < blocks.size(); ++l) x = blocks[l](x, cache ? &(*cache)[l] : nullptr, commit);
   auto logits = head(norm(x));  // [B, T, V]
   return logits.scalar_type() == torch::kDouble ? logits : logits.to(torch::kFloat);
 }

@@ -24,7 +24,7 @@ TORCH_MODULE(SwiGLU);
 class BlockImpl : public torch::nn::Module {
  public:
   explicit BlockImpl(const ModelConfig& cfg);
-  torch::Tensor forward(const torch::Tensor& x, LayerCache* cache = nullptr);
+  torch::Tensor forward(const torch::Tensor& x, LayerCache* cache = nullptr, bool commit = true);
   AttentionImpl& attention() { return *attn; }
   const AttentionImpl& attention() const { return *attn; }
 
@@ -42,8 +42,10 @@ class TransformerImpl : public torch::nn::Module {
   explicit TransformerImpl(const ModelConfig& cfg);
 
   // tokens [B, T] int64 -> logits [B, T, V] (f32). With a cache: an empty one is filled (prefill), a
-  // filled one is extended by the T tokens (decode); logits are for the given tokens either way.
-  torch::Tensor forward(const torch::Tensor& tokens, KVCache* cache = nullptr);
+  // filled one is extended by the T tokens (decode); logits are for the given tokens either way. commit = false on
+  // a filled cache (speculative decoding: score draft tokens, then feed the accepted ones): the same logits, every
+  // layer's cache left as it was.
+  torch::Tensor forward(const torch::Tensor& tokens, KVCache* cache = nullptr, bool commit = true);
 
   const ModelConfig& config() const { return cfg_; }
   int64_t num_parameters() const;

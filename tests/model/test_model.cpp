@@ -124,6 +124,56 @@ TEST(Model, KVCacheDecodingThroughTheOpInF32) {
   }
 }
 
+// Speculative decoding: draft tokens scored without commit give the logits the committing call gives and leave
+// every layer's cache as it was; feeding the accepted tokens then continues as the full forward. Every mechanism
+// in f32 (PaTH through the op's decode without commit) and in f64 (PaTH re-running the sequence). A call without
+// commit on an empty cache is an error.
+TEST(Model, ForwardWithoutCommitLeavesTheCache) {
+  for (auto dtype : {torch::kFloat, torch::kDouble})
+    for (auto m : kAll) {
+      SCOPED_TRACE(std::string(label(m)) + (dtype == torch::kDouble ? " f64" : " f32"));
+      torch::manual_seed(6);
+      auto cfg = tiny(m);
+      Transformer model(cfg);
+      model->to(dtype);
+      torch::NoGradGuard ng;
+      auto tokens = torch::randint(0, cfg.vocab, {2, 40}, torch::kLong);
+      auto full = model->forward(tokens);
+      KVCache tried, plain;
+      model->forward(tokens.narrow(1, 0, 30), &tried);
+      model->forward(tokens.narrow(1, 0, 30), &plain);
+      auto snapshot = [](const KVCache& c) {  // every tensor of every layer's cache, cloned, and the positions
+        std::vector<torch::Tensor> ts;
+        for (const auto& l : c) {
+          for (const auto& t : {l.path.k, l.path.v, l.path.gcum, l.path.lengths, l.conv, l.x, l.k, l.v, l.G})
+            ts.push_back(t.defined() ? t.clone() : t);
+          ts.push_back(torch::tensor(l.pos));
+        }
+        return ts;
+      };
+      auto same = [](const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+        if (a.size() != b.size()) return false;
+        for (size_t i = 0; i < a.size(); ++i)
+          if (a[i].defined() != b[i].defined() || (a[i].defined() && !torch::equal(a[i], b[i]))) return false;
+        return true;
+      };
+      const auto before = snapshot(tried);
+      auto draft = tokens.narrow(1, 30, 6);
+      auto scored = model->forward(draft, &tried, /*commit=*/false);
+      EXPECT_TRUE(same(snapshot(tried), before)) << "a call without commit changed the cache";
+      auto committed = model->forward(draft, &plain);
+      EXPECT_TRUE(torch::equal(scored, committed)) << "the CPU computes the same either way";
+      model->forward(tokens.narrow(1, 30, 4), &tried);  // accept 4 of the 6
+      auto rest = model->forward(tokens.narrow(1, 34, 6), &tried);
+      const double err = (rest - full.narrow(1, 34, 6)).abs().max().item<double>() / full.abs().max().item<double>();
+      EXPECT_LT(err, dtype == torch::kDouble ? test_tol::kF64Paths : test_tol::kF32VsF64);
+    }
+  torch::manual_seed(7);
+  Transformer model(tiny(Mechanism::path));
+  KVCache empty;
+  EXPECT_THROW(model->forward(torch::zeros({1, 3}, torch::kLong), &empty, false), std::invalid_argument);
+}
+
 // Generation (greedy against full forwards, sampling, checkpoints through the loader): test_model_generate.cpp.
 
 TEST(Model, SaveLoadGivesIdenticalLogits) {
