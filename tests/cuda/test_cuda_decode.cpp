@@ -562,17 +562,28 @@ TEST(CudaDecode, ASequenceThatDoesNotFitGetsNaNAndIsLeftAlone) {
 // same tokens decoded one per call (S passes), on the same cache, to rounding: o, lse, the whole cache, the lengths.
 // S = 9 (one chunk, a group of 4: 36 query rows in one pass), 64 (a full chunk: four passes) and 70
 // (two chunks in one call); lengths 0, 3 and 70.
+// Two equal caches (lengths 0, 3 and 70; H 2, HQ 8, D 64, Tmax 160), the inputs of a call of S tokens and an output
+// pair for each cache: the two tests below decode the same tokens into each in two ways.
+struct TwoCaches {
+  static constexpr int64_t H = 2, HQ = 8, D = 64, Tmax = 160, B = 3;
+  const std::vector<int64_t> lens = {0, 3, 70};
+  SmallCache a, b;
+  SmallStep st;
+  DevOut oa, la, ob, lb;
+  TwoCaches(int64_t S, uint64_t seed)
+      : a(lens, Tmax, H, HQ, D, D), b(lens, Tmax, H, HQ, D, D), st(B, S, H, HQ, D, D, seed),
+        oa({B, S, HQ, D}, DType::bf16), la({B, S, HQ}, DType::f32), ob({B, S, HQ, D}, DType::bf16),
+        lb({B, S, HQ}, DType::f32) {}
+};
+
 TEST(CudaDecode, ACallOfSTokensEqualsTheSameTokensOneByOne) {
   if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
-  const int64_t H = 2, HQ = 8, D = 64, Tmax = 160;
-  const std::vector<int64_t> lens = {0, 3, 70};
-  const int64_t B = static_cast<int64_t>(lens.size());
   for (int64_t S : {9, 64, 70}) {
     SCOPED_TRACE("S = " + std::to_string(S));
-    SmallCache at_once(lens, Tmax, H, HQ, D, D), one_by_one(lens, Tmax, H, HQ, D, D);
-    SmallStep st(B, S, H, HQ, D, D, 46 + S);
-    DevOut oa({B, S, HQ, D}, DType::bf16), la({B, S, HQ}, DType::f32), ob({B, S, HQ, D}, DType::bf16),
-        lb({B, S, HQ}, DType::f32);
+    TwoCaches c(S, 46 + S);
+    SmallCache &at_once = c.a, &one_by_one = c.b;
+    SmallStep& st = c.st;
+    DevOut &oa = c.oa, &la = c.la, &ob = c.ob, &lb = c.lb;
     ASSERT_NO_THROW(pathattn::decode(st.in, at_once.view(), {oa.view, la.view, {}}, Backend::cuda));
     for (int64_t n = 0; n < S; ++n)
       ASSERT_NO_THROW(pathattn::decode(step_inputs(st.in, n, 1), one_by_one.view(),
@@ -595,17 +606,14 @@ TEST(CudaDecode, ACallOfSTokensEqualsTheSameTokensOneByOne) {
 // untouched, bit for bit. S = 1, 6, 64; lengths 0, 3 and 70. More than 64 tokens, or a checkpointed cache, is an Error.
 TEST(CudaDecode, WithoutCommitTheSameOutputsAndTheCacheUntouched) {
   if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
-  const int64_t H = 2, HQ = 8, D = 64, Tmax = 160;
-  const std::vector<int64_t> lens = {0, 3, 70};
-  const int64_t B = static_cast<int64_t>(lens.size());
   for (int64_t S : {1, 6, 64}) {
     SCOPED_TRACE("S = " + std::to_string(S));
-    SmallCache tried(lens, Tmax, H, HQ, D, D), committed(lens, Tmax, H, HQ, D, D);
+    TwoCaches c(S, 47 + S);
+    SmallCache &tried = c.a, &committed = c.b;
+    SmallStep& st = c.st;
+    DevOut &oa = c.oa, &la = c.la, &ob = c.ob, &lb = c.lb;
     const std::vector<double> k0 = download<float>(tried.k), v0 = download<float>(tried.v),
                               g0 = download<double>(tried.g), l0 = download<int32_t>(tried.len);
-    SmallStep st(B, S, H, HQ, D, D, 47 + S);
-    DevOut oa({B, S, HQ, D}, DType::bf16), la({B, S, HQ}, DType::f32), ob({B, S, HQ, D}, DType::bf16),
-        lb({B, S, HQ}, DType::f32);
     ASSERT_NO_THROW(pathattn::decode(st.in, tried.view(), {oa.view, la.view, {}}, Backend::cuda, false));
     ASSERT_NO_THROW(pathattn::decode(st.in, committed.view(), {ob.view, lb.view, {}}, Backend::cuda));
     TEST_CUDA(cudaDeviceSynchronize());

@@ -10,27 +10,46 @@ namespace {
 
 using torch::Tensor;
 
+// B random sequences of T tokens (unit w, beta in [0, 2), gates < 0), the first T0 of them through path_attention_ex
+// (its kcache), and decode() on rows [t, t + s).
+struct Sequences {
+  Tensor q, k, v, w, beta, g, kcache;
+  int64_t T0;
+  Sequences(int64_t B, int64_t T, int64_t T0_, int64_t H, int64_t HQ, int64_t D, int64_t DV) : T0(T0_) {
+    q = torch::randn({B, T, HQ, D});
+    k = torch::randn({B, T, H, D});
+    v = torch::randn({B, T, H, DV});
+    w = torch::nn::functional::normalize(torch::randn({B, T, H, D}),
+                                         torch::nn::functional::NormalizeFuncOptions().dim(-1));
+    beta = 2 * torch::rand({B, T, H});
+    g = -torch::rand({B, T, HQ});
+    kcache = pathattn::path_attention_ex(rows(q, 0, T0), rows(k, 0, T0), rows(v, 0, T0), rows(w, 0, T0),
+                                         rows(beta, 0, T0), rows(g, 0, T0), std::nullopt, std::nullopt, true)
+                 .kcache;
+  }
+  static Tensor rows(const Tensor& x, int64_t t0, int64_t n) { return x.narrow(1, t0, n); }
+  // The state after the prefill, room for Tmax tokens; checkpointed with period > 0.
+  pathattn::DecodeState state(int64_t Tmax, int64_t period = 0) const {
+    return pathattn::DecodeState::from_prefill(kcache, rows(v, 0, T0), rows(g, 0, T0), Tmax, period);
+  }
+  pathattn::DecodeOutput decode(pathattn::DecodeState& st, int64_t t, int64_t s, bool commit = true) const {
+    return pathattn::decode(rows(q, t, s), rows(k, t, s), rows(v, t, s), rows(w, t, s), rows(beta, t, s), st,
+                            rows(g, t, s), std::nullopt, commit);
+  }
+};
+
 TEST(DecodeState, PrefillThenStepsEqualTheWholeForward) {
   torch::manual_seed(31);
-  const int64_t B = 2, T0 = 65, H = 2, HQ = 4, D = 16, DV = 8;
-  const std::vector<int64_t> steps = {1, 7, 1};
-  const int64_t T = T0 + 9;
-  Tensor q = torch::randn({B, T, HQ, D}), k = torch::randn({B, T, H, D}), v = torch::randn({B, T, H, DV});
-  Tensor w = torch::nn::functional::normalize(torch::randn({B, T, H, D}),
-                                              torch::nn::functional::NormalizeFuncOptions().dim(-1));
-  Tensor beta = 2 * torch::rand({B, T, H}), g = -torch::rand({B, T, HQ});
-  const Tensor full = pathattn::path_attention(q, k, v, w, beta, g);
-  auto rows = [](const Tensor& x, int64_t t0, int64_t n) { return x.narrow(1, t0, n); };
-  const auto pre = pathattn::path_attention_ex(rows(q, 0, T0), rows(k, 0, T0), rows(v, 0, T0), rows(w, 0, T0),
-                                               rows(beta, 0, T0), rows(g, 0, T0), std::nullopt, std::nullopt, true);
-  pathattn::DecodeState state = pathattn::DecodeState::from_prefill(pre.kcache, rows(v, 0, T0), rows(g, 0, T0), T);
+  const int64_t B = 2, T0 = 65, H = 2, HQ = 4, D = 16, DV = 8, T = T0 + 9;
+  const Sequences x(B, T, T0, H, HQ, D, DV);
+  const Tensor full = pathattn::path_attention(x.q, x.k, x.v, x.w, x.beta, x.g);
+  pathattn::DecodeState state = x.state(T);
   int64_t t = T0;
-  for (int64_t s : steps) {
-    const pathattn::DecodeOutput out = pathattn::decode(rows(q, t, s), rows(k, t, s), rows(v, t, s), rows(w, t, s),
-                                                        rows(beta, t, s), state, rows(g, t, s));
+  for (int64_t s : {1, 7, 1}) {
+    const pathattn::DecodeOutput out = x.decode(state, t, s);
     // Two f32 computations of the same sequence (the decode step carries the cache, the forward carries
     // chunks): rounding only, far under kF32VsF64 relative to the largest output.
-    const Tensor ref = rows(full, t, s);
+    const Tensor ref = Sequences::rows(full, t, s);
     const double err = (out.o - ref).abs().max().item<double>() / ref.abs().max().item<double>();
     EXPECT_LE(err, pathattn::test::tol::kF32VsF64) << "step at t = " << t;
     t += s;
@@ -41,22 +60,14 @@ TEST(DecodeState, PrefillThenStepsEqualTheWholeForward) {
 // commit = false through the libtorch entry point: the outputs of the committing call, the state untouched.
 TEST(DecodeState, WithoutCommitTheStateIsUntouched) {
   torch::manual_seed(33);
-  const int64_t B = 2, T0 = 30, S = 5, H = 2, HQ = 4, D = 16, DV = 8, T = T0 + S;
-  Tensor q = torch::randn({B, T, HQ, D}), k = torch::randn({B, T, H, D}), v = torch::randn({B, T, H, DV});
-  Tensor w = torch::nn::functional::normalize(torch::randn({B, T, H, D}),
-                                              torch::nn::functional::NormalizeFuncOptions().dim(-1));
-  Tensor beta = 2 * torch::rand({B, T, H}), g = -torch::rand({B, T, HQ});
-  auto rows = [](const Tensor& x, int64_t t0, int64_t n) { return x.narrow(1, t0, n); };
-  const auto pre = pathattn::path_attention_ex(rows(q, 0, T0), rows(k, 0, T0), rows(v, 0, T0), rows(w, 0, T0),
-                                               rows(beta, 0, T0), rows(g, 0, T0), std::nullopt, std::nullopt, true);
-  pathattn::DecodeState state = pathattn::DecodeState::from_prefill(pre.kcache, rows(v, 0, T0), rows(g, 0, T0), T);
+  const int64_t B = 2, T0 = 30, S = 5, T = T0 + S;
+  const Sequences x(B, T, T0, 2, 4, 16, 8);
+  pathattn::DecodeState state = x.state(T);
   const Tensor k0 = state.k.clone(), v0 = state.v.clone(), g0 = state.gcum.clone(), l0 = state.lengths.clone();
-  const auto tried = pathattn::decode(rows(q, T0, S), rows(k, T0, S), rows(v, T0, S), rows(w, T0, S),
-                                      rows(beta, T0, S), state, rows(g, T0, S), std::nullopt, /*commit=*/false);
+  const pathattn::DecodeOutput tried = x.decode(state, T0, S, /*commit=*/false);
   EXPECT_TRUE(torch::equal(state.k, k0) && torch::equal(state.v, v0) && torch::equal(state.gcum, g0));
   EXPECT_TRUE(torch::equal(state.lengths, l0));
-  const auto out = pathattn::decode(rows(q, T0, S), rows(k, T0, S), rows(v, T0, S), rows(w, T0, S),
-                                    rows(beta, T0, S), state, rows(g, T0, S));
+  const pathattn::DecodeOutput out = x.decode(state, T0, S);
   EXPECT_TRUE(torch::equal(tried.o, out.o) && torch::equal(tried.lse, out.lse)) << "the CPU: the same code";
   EXPECT_EQ(state.lengths.sum().item<int64_t>(), B * T);
 }
@@ -64,24 +75,14 @@ TEST(DecodeState, WithoutCommitTheStateIsUntouched) {
 // The same on a checkpointed state (period 8: refreshes inside the steps), beside the plain one.
 TEST(DecodeState, CheckpointedStateEqualsThePlainOne) {
   torch::manual_seed(32);
-  const int64_t B = 2, T0 = 20, H = 2, HQ = 4, D = 16, DV = 8, T = 50;
-  Tensor q = torch::randn({B, T, HQ, D}), k = torch::randn({B, T, H, D}), v = torch::randn({B, T, H, DV});
-  Tensor w = torch::nn::functional::normalize(torch::randn({B, T, H, D}),
-                                              torch::nn::functional::NormalizeFuncOptions().dim(-1));
-  Tensor beta = 2 * torch::rand({B, T, H}), g = -torch::rand({B, T, HQ});
-  auto rows = [](const Tensor& x, int64_t t0, int64_t n) { return x.narrow(1, t0, n); };
-  const auto pre = pathattn::path_attention_ex(rows(q, 0, T0), rows(k, 0, T0), rows(v, 0, T0), rows(w, 0, T0),
-                                               rows(beta, 0, T0), rows(g, 0, T0), std::nullopt, std::nullopt, true);
-  pathattn::DecodeState plain = pathattn::DecodeState::from_prefill(pre.kcache, rows(v, 0, T0), rows(g, 0, T0), T);
-  pathattn::DecodeState ck = pathattn::DecodeState::from_prefill(pre.kcache, rows(v, 0, T0), rows(g, 0, T0), T, 8);
+  const int64_t B = 2, T0 = 20, H = 2, D = 16, T = 50;
+  const Sequences x(B, T, T0, H, 4, D, 8);
+  pathattn::DecodeState plain = x.state(T), ck = x.state(T, 8);
   ASSERT_TRUE(ck.ckpt.defined() && ck.period == 8 && (ck.carry.sizes().vec() == std::vector<int64_t>{B, H, D, D}));
   EXPECT_EQ(ck.ckpt.sum().item<int64_t>(), B * T0);
   int64_t t = T0;
   for (int64_t s : {1, 1, 5, 1, 13, 9}) {
-    const Tensor o_plain = pathattn::decode(rows(q, t, s), rows(k, t, s), rows(v, t, s), rows(w, t, s),
-                                            rows(beta, t, s), plain, rows(g, t, s)).o;
-    const Tensor o = pathattn::decode(rows(q, t, s), rows(k, t, s), rows(v, t, s), rows(w, t, s), rows(beta, t, s),
-                                      ck, rows(g, t, s)).o;
+    const Tensor o_plain = x.decode(plain, t, s).o, o = x.decode(ck, t, s).o;
     const double err = (o - o_plain).abs().max().item<double>() / o_plain.abs().max().item<double>();
     EXPECT_LE(err, pathattn::test::tol::kF32VsF64) << "step at t = " << t;
     t += s;
