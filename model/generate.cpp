@@ -9,21 +9,19 @@
 
 namespace pathattn::model {
 
-namespace {
 void sync(const torch::Tensor& t) {
   if (t.is_cuda()) torch::cuda::synchronize();  // the timings must cover the device's work
 }
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
-}  // namespace
 
 Decoder::Decoder(Transformer model, const SamplingConfig& s)
     : model_(std::move(model)), s_(s), gen_(at::detail::createCPUGenerator(s.seed)) {
   s_.validate();
 }
 
-torch::Tensor Decoder::feed(const torch::Tensor& tokens) {
+void Decoder::check_tokens(const torch::Tensor& tokens) const {
   if (tokens.dim() != 2 || tokens.scalar_type() != torch::kLong || tokens.size(1) < 1) {
     std::ostringstream got;
     got << tokens.sizes() << " " << tokens.scalar_type();
@@ -41,11 +39,22 @@ torch::Tensor Decoder::feed(const torch::Tensor& tokens) {
   if (cached_ > 0 && tokens.size(0) != batch_)
     throw std::invalid_argument("tokens: expected the cached batch of " + std::to_string(batch_) + " sequences, got " +
                                 std::to_string(tokens.size(0)));
+}
+
+torch::Tensor Decoder::feed(const torch::Tensor& tokens) {
+  check_tokens(tokens);
   torch::NoGradGuard no_grad;
   auto logits = model_->forward(tokens, &cache_).select(1, -1);  // [B, V]
   cached_ += tokens.size(1);
   batch_ = tokens.size(0);
   return logits;
+}
+
+torch::Tensor Decoder::score(const torch::Tensor& tokens) {
+  check_tokens(tokens);
+  if (cached_ == 0) throw std::invalid_argument("tokens: score() needs a cache that holds a prompt (feed() it first)");
+  torch::NoGradGuard no_grad;
+  return model_->forward(tokens, &cache_, /*commit=*/false);
 }
 
 torch::Tensor Decoder::sample(const torch::Tensor& logits) { return sample_next(logits, s_, gen_); }

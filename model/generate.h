@@ -5,6 +5,8 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
+
 #include "sampling.h"
 #include "transformer.h"
 
@@ -18,6 +20,9 @@ class Decoder {
   // and returns the logits after the last of them, [B, V] f32 (f64 for an f64 model). Token ids are checked
   // against the vocabulary (the error names `tokens`, the position and the id).
   torch::Tensor feed(const torch::Tensor& tokens);
+  // The logits after each of tokens [B, S] int64, [B, S, V], with the cache left as it was (the model's forward
+  // without commit: speculative decoding scores draft tokens this way; the cache must hold a prompt).
+  torch::Tensor score(const torch::Tensor& tokens);
   // The next token per sequence [B, 1] for logits [B, V], under the sampling config (sampling.h).
   torch::Tensor sample(const torch::Tensor& logits);
   int64_t cached() const { return cached_; }  // tokens per sequence in the cache
@@ -27,6 +32,7 @@ class Decoder {
   SamplingConfig s_;
   at::Generator gen_;
   KVCache cache_;
+  void check_tokens(const torch::Tensor& tokens) const;  // the checks feed() and score() share
   int64_t cached_ = 0, batch_ = 0;
 };
 
@@ -38,6 +44,10 @@ struct GenerateStats {
   double prefill_tok_s() const { return prefill_s > 0 ? prefill_tokens / prefill_s : 0; }
   double decode_tok_s() const { return decode_s > 0 ? decode_tokens / decode_s : 0; }
 };
+
+// Waits for t's device (CUDA) so that a wall time covers its work; seconds since t0. For the generation timings.
+void sync(const torch::Tensor& t);
+double seconds_since(std::chrono::steady_clock::time_point t0);
 
 // Continues prompt [B, T0] int64 (T0 >= 1) by n >= 0 tokens with the KV cache; returns [B, T0 + n]. Greedy at
 // temperature 0, else sampled as sampling.h says, with the config's seed.

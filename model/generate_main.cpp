@@ -14,6 +14,7 @@
 #include "checkpoint.h"
 #include "cli.h"
 #include "generate.h"
+#include "speculative.h"
 #include "precision.h"
 #include "read_eval.h"
 
@@ -88,6 +89,8 @@ int main(int argc, char** argv) {
   uint64_t data_seed = 12345;
   int threads = 0;
   SamplingConfig s;
+  SpeculativeConfig spec;
+  int64_t speculative = 0;
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--ckpt", ckpt, "checkpoint directory (<out>/ckpt of pathattn_train, or <out> itself)")->required();
   auto* o_prompt = app.add_option("--prompt", prompt_text, "prompt token ids, separated by spaces or commas");
@@ -106,6 +109,11 @@ int main(int argc, char** argv) {
   app.add_option("--top-p", s.top_p, "nucleus: sample within the smallest set of probability >= p, p in (0, 1] (1: off)")
       ->capture_default_str();
   app.add_option("--seed", s.seed, "sampler seed")->capture_default_str();
+  app.add_option("--speculative", speculative,
+                 "greedy only: K > 0 tokens guessed per step from the sequence itself (prompt lookup), scored in one "
+                 "call without commit, the ones greedy decoding would pick kept (speculative.h); 0: off")
+      ->capture_default_str();
+  app.add_option("--ngram", spec.ngram, "with --speculative: the context suffix looked up")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed generations of each batch before the timed one (first-call costs)")
       ->capture_default_str();
   app.add_option("--threads", threads, "CPU threads (0: all hardware threads)")->capture_default_str();
@@ -117,6 +125,17 @@ int main(int argc, char** argv) {
     s.validate();
     if (tokens < 0) throw std::invalid_argument("--tokens: expected >= 0, got " + std::to_string(tokens));
     if (warmup < 0) throw std::invalid_argument("--warmup: expected >= 0, got " + std::to_string(warmup));
+    if (speculative < 0) throw std::invalid_argument("--speculative: expected >= 0, got " + std::to_string(speculative));
+    if (speculative > 0) {
+      spec.draft = speculative;
+      try {
+        spec.validate();
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string("--speculative / --ngram: ") + e.what());
+      }
+      if (s.temperature != 0) throw std::invalid_argument("--speculative: greedy only (--temperature 0)");
+      if (o_reads->count()) throw std::invalid_argument("--speculative: not with --eval-reads");
+    }
     if (o_sample->count() && n_sample < 1) throw std::invalid_argument("--sample: expected >= 1, got " + std::to_string(n_sample));
     if (o_reads->count() && n_reads < 1) throw std::invalid_argument("--eval-reads: expected >= 1, got " + std::to_string(n_reads));
     if (!(o_prompt->count() || o_file->count() || o_sample->count() || o_reads->count()))
@@ -182,19 +201,34 @@ int main(int argc, char** argv) {
       prompts = sample_prompts(*make_task(tcfg), n_sample, data_seed);
     }
 
-    // Prompts of one length run as one batch (no padding); each batch prints its rates.
+    // Prompts of one length run as one batch (no padding); each batch prints its rates. Speculative generation
+    // takes one prompt per batch (each sequence accepts its own number of draft tokens).
     std::map<size_t, std::vector<size_t>> by_len;
-    for (size_t i = 0; i < prompts.size(); ++i) by_len[prompts[i].ids.size()].push_back(i);
+    for (size_t i = 0; i < prompts.size(); ++i)
+      by_len[speculative > 0 ? i : prompts[i].ids.size()].push_back(i);
     std::vector<std::vector<int64_t>> out(prompts.size());
     GenerateStats total;
-    for (const auto& [len, idx] : by_len) {
+    SpeculativeStats spec_total;
+    for (const auto& [key, idx] : by_len) {
+      const size_t len = prompts[idx[0]].ids.size();
       auto batch = torch::empty({static_cast<int64_t>(idx.size()), static_cast<int64_t>(len)}, torch::kLong);
       for (size_t j = 0; j < idx.size(); ++j)
         std::copy(prompts[idx[j]].ids.begin(), prompts[idx[j]].ids.end(), batch[j].data_ptr<int64_t>());
       // Each generate() call starts from the same seed, so a warm-up draws what the timed call draws.
-      for (int64_t w = 0; w < warmup; ++w) generate(ck.model, batch.to(dev), tokens, s);
+      auto run = [&](GenerateStats* st) {
+        if (speculative == 0) return generate(ck.model, batch.to(dev), tokens, s, st);
+        SpeculativeStats sp;
+        auto r = generate_speculative(ck.model, batch.to(dev), tokens, spec, st, &sp);
+        if (st) {
+          spec_total.steps += sp.steps;
+          spec_total.drafted += sp.drafted;
+          spec_total.accepted += sp.accepted;
+        }
+        return r;
+      };
+      for (int64_t w = 0; w < warmup; ++w) run(nullptr);
       GenerateStats st;
-      auto seq = generate(ck.model, batch.to(dev), tokens, s, &st).cpu().contiguous();
+      auto seq = run(&st).cpu().contiguous();
       for (size_t j = 0; j < idx.size(); ++j)
         out[idx[j]].assign(seq[j].data_ptr<int64_t>() + len, seq[j].data_ptr<int64_t>() + len + tokens);
       total.prefill_tokens += st.prefill_tokens;
@@ -218,6 +252,11 @@ int main(int argc, char** argv) {
                 by_len.size() == 1 ? "" : "es", (long)warmup, warmup == 1 ? "" : "s");
     print_rate("prefill", total.prefill_tokens, total.prefill_s);
     if (tokens > 0) print_rate("decode", total.decode_tokens, total.decode_s);
+    if (speculative > 0)
+      std::printf("speculative (prompt lookup, %ld tokens per draft, %ld-gram): %ld calls after the prefills for %ld "
+                  "tokens; %ld of %ld drafted tokens accepted\n",
+                  (long)spec.draft, (long)spec.ngram, (long)spec_total.steps, (long)total.decode_tokens,
+                  (long)spec_total.accepted, (long)spec_total.drafted);
   } catch (const std::exception& e) {
     std::cerr << "pathattn_generate: " << e.what() << std::endl;
     return 1;

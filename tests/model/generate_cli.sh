@@ -33,6 +33,8 @@ case_ ok prompt "^\[0\] generated:( [0-4]){5}$" --ckpt "$ck/ckpt" --prompt "0,3 
 case_ ok prompt-file "rates \(2 batches, after 0 untimed warm-up runs each\)" --ckpt "$ck" --prompt-file "$dir/prompts.txt" \
   --warmup 0 --tokens 2 --temperature 1 --top-k 3 --top-p 0.9
 case_ ok sample "first generated token is the task's answer: [0-9]+ / 3" --ckpt "$ck" --task flipflop --sample 3 --tokens 2
+case_ ok speculative "speculative \(prompt lookup, 4 tokens per draft, 2-gram\): [0-9]+ calls after the prefills for 24 tokens" \
+  --ckpt "$ck" --prompt-file "$dir/prompts.txt" --tokens 8 --speculative 4 --warmup 0
 case_ ok eval-reads "read accuracy [0-9.]+% \([0-9]+ / [0-9]+ correct" --ckpt "$ck" --eval-reads 2 --p-ignore 0.5
 
 case_ bad top-p-zero "top_p: expected a value in \(0, 1\]" --ckpt "$ck" --prompt 0 --top-p 0
@@ -42,6 +44,9 @@ case_ bad missing-checkpoint "checkpoint: '$dir/nope' is not a directory" --ckpt
 case_ bad token-outside-vocab "--prompt: token id 5 at position 1 is outside the vocabulary \[0, 5\)" --ckpt "$ck" --prompt "0 5"
 case_ bad token-not-a-number "--prompt-file .*line 3: 'x' is not a token id" --ckpt "$ck" --prompt-file <(printf '0 1\n\n0 x\n')
 case_ bad no-prompt "expected one of --prompt, --prompt-file, --sample N, --eval-reads N" --ckpt "$ck"
+case_ bad speculative-sampled "--speculative: greedy only \(--temperature 0\)" --ckpt "$ck" --prompt 0 --speculative 2 \
+  --temperature 1
+case_ bad speculative-draft "--speculative / --ngram: draft: expected 1..63 tokens" --ckpt "$ck" --prompt 0 --speculative 64
 case_ bad wrong-task "--task mqrar: the checkpoint was trained on flipflop" --ckpt "$ck" --task mqrar --sample 1
 wait
 

@@ -13,6 +13,7 @@
 #include "config_io.h"
 #include "dir_ops.h"
 #include "generate.h"
+#include "speculative.h"
 #include "read_eval.h"
 #include "test_util.h"
 #include "tolerances_model.h"
@@ -151,6 +152,37 @@ TEST(ModelGenerate, GreedyWithTheCacheEqualsArgmaxOfFullForwards) {
     EXPECT_GT(st.prefill_s, 0.0);
     EXPECT_GT(st.decode_s, 0.0);
   }
+}
+
+// Greedy generation with prompt-lookup drafts (speculative.h) gives greedy generate()'s tokens, for every mechanism;
+// the prompt repeats itself, so drafts exist and, where the model continues the repetition, are accepted (fewer
+// steps than tokens). f64, so that scoring several tokens in one call rounds like single steps to ~1e-15.
+TEST(ModelGenerate, SpeculativeGreedyEqualsGreedy) {
+  int64_t accepted = 0;
+  for (auto m : {Mechanism::path, Mechanism::path_fox, Mechanism::rope, Mechanism::fox, Mechanism::nope}) {
+    torch::manual_seed(8);
+    auto cfg = tiny(m);
+    Transformer model(cfg);
+    sharpen(model);
+    model->to(torch::kDouble);
+    auto motif = torch::randint(0, cfg.vocab, {1, 6}, torch::kLong);
+    auto prompt = torch::cat({motif, motif, motif}, 1);  // [1, 18]
+    const int64_t n = 40;
+    auto want = generate(model, prompt, n);
+    SpeculativeStats spec;
+    GenerateStats st;
+    auto got = generate_speculative(model, prompt, n, {.draft = 5, .ngram = 2}, &st, &spec);
+    EXPECT_TRUE(torch::equal(got, want)) << mechanism_name(m) << "\n" << got << "\n" << want;
+    EXPECT_EQ(st.decode_tokens, n);
+    EXPECT_LE(spec.accepted, spec.drafted);
+    EXPECT_EQ(spec.steps + spec.accepted, n - 1) << "each step feeds its pending token and the accepted drafts";
+    accepted += spec.accepted;
+  }
+  EXPECT_GT(accepted, 0) << "no draft token was ever accepted: the test would not see a wrong acceptance";
+  torch::manual_seed(9);
+  Transformer model(tiny(Mechanism::path));
+  EXPECT_THROW(generate_speculative(model, torch::zeros({2, 4}, torch::kLong), 3), std::invalid_argument);
+  EXPECT_THROW(generate_speculative(model, torch::zeros({1, 4}, torch::kLong), 3, {.draft = 64}), std::invalid_argument);
 }
 
 TEST(ModelGenerate, SamplingFollowsTheSeed) {
