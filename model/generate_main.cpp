@@ -125,7 +125,8 @@ int main(int argc, char** argv) {
     s.validate();
     if (tokens < 0) throw std::invalid_argument("--tokens: expected >= 0, got " + std::to_string(tokens));
     if (warmup < 0) throw std::invalid_argument("--warmup: expected >= 0, got " + std::to_string(warmup));
-    if (speculative < 0) throw std::invalid_argument("--speculative: expected >= 0, got " + std::to_string(speculative));
+    if (speculative < 0)
+      throw std::invalid_argument("--speculative: expected >= 0, got " + std::to_string(speculative));
     if (speculative > 0) {
       spec.draft = speculative;
       try {

@@ -439,7 +439,8 @@ void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const 
   const int chunk_u = chunked ? ws.add("decode chunk U", chunk_kv) : -1;
   const int chunk_w = chunked ? ws.add("decode chunk W", chunk_kv) : -1;
   const int chunk_q = chunked ? ws.add("decode chunk carried-back queries", chunk_kv / p.H * p.HQ) : -1;
-  const int chunk_g = chunked && p.has_gate ? ws.add("decode chunk G", static_cast<std::size_t>(p.B) * p.HQ * kChunk * 8) : -1;
+  const int chunk_g =
+      chunked && p.has_gate ? ws.add("decode chunk G", static_cast<std::size_t>(p.B) * p.HQ * kChunk * 8) : -1;
   const int snap = ws.add("decode lengths seen", static_cast<std::size_t>(p.B) * 4);
   const int ck_snap = checkpointed ? ws.add("decode checkpoints seen", static_cast<std::size_t>(p.B) * 4) : -1;
   const int qcar = checkpointed ? ws.add("decode carried-back queries", static_cast<std::size_t>(p.B) * p.HQ * p.D * 4) : -1;

@@ -68,8 +68,8 @@ struct DecodeParams {
   double* chunk_g;    // [B, HQ, 64] workspace: G of the chunk's tokens (gate only)
 
   // Workspace.
-  float* part_o;      // [B, HQ, num_splits, D]  each split's unnormalised sum of p v (chunks:
-                      //                         [B, HQ, chunk_rows, num_splits + 1, D], slot num_splits the chunk's own)
+  float* part_o;      // [B, HQ, num_splits, D]  each split's unnormalised sum of p v (chunks: [B, HQ,
+                      //                         chunk_rows, num_splits + 1, D], slot num_splits the chunk's own)
   float* part_ml;     // [B, HQ, num_splits, 2]  its running max (base 2) and sum of p (chunks: as part_o)
   int32_t* len_snap;  // [B]  lengths[b] before the call, as step 0's split kernel read it: later steps and the
                       //      combine kernel go by it (a call that does not fit changes nothing, at any step)

@@ -373,8 +373,8 @@ std::vector<DecodeCase> cases() {
   // Chunks: a full chunk of 64 (a group of 4: 256 query rows, four passes of the chunked split kernel, the last one
   // carrying) from lengths 0, 1 and across chunks; one call of 100 tokens (two chunks, 64 + 36) with a group of 16
   // and f32 cumulative gates; bf16 keys with values in the inputs' dtype (w in bf16), D 64 and 128.
-  c.push_back({.H = 2, .HQ = 8, .D = 64, .gate = true, .prompt = {0, 1, 130}, .steps = 150, .chunks = {64, 1, 36, 2, 47},
-               .seed = 24});
+  c.push_back({.H = 2, .HQ = 8, .D = 64, .gate = true, .prompt = {0, 1, 130}, .steps = 150,
+               .chunks = {64, 1, 36, 2, 47}, .seed = 24});
   c.push_back({.H = 1, .HQ = 16, .D = 128, .gate = true, .dt = DType::f16, .prompt = {5, 200}, .steps = 100,
                .chunks = {100}, .beta = BD::near2, .gcum_f64 = false, .seed = 25});
   c.push_back({.H = 2, .HQ = 4, .D = 64, .gate = true, .prompt = {0, 70}, .steps = 40, .chunks = {8, 31, 1},

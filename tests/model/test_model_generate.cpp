@@ -182,7 +182,8 @@ TEST(ModelGenerate, SpeculativeGreedyEqualsGreedy) {
   torch::manual_seed(9);
   Transformer model(tiny(Mechanism::path));
   EXPECT_THROW(generate_speculative(model, torch::zeros({2, 4}, torch::kLong), 3), std::invalid_argument);
-  EXPECT_THROW(generate_speculative(model, torch::zeros({1, 4}, torch::kLong), 3, {.draft = 64}), std::invalid_argument);
+  EXPECT_THROW(generate_speculative(model, torch::zeros({1, 4}, torch::kLong), 3, {.draft = 64}),
+               std::invalid_argument);
 }
 
 TEST(ModelGenerate, SamplingFollowsTheSeed) {
