@@ -16,15 +16,18 @@ void SpeculativeConfig::validate() const {
 
 namespace {
 
-// The up to `max` tokens that followed the latest earlier occurrence of seq's last `ngram` tokens; none when they
-// do not recur.
+// The `max` tokens that followed the latest earlier occurrence of seq's last `ngram` tokens, copied as LZ77 copies:
+// past the end of seq the copy reads its own first tokens, so a pattern of period p found p tokens back continues
+// for all `max` (the latest occurrence is often that close: "4 4" just before "4 4"). None when they do not recur.
 std::vector<int64_t> lookup_draft(const std::vector<int64_t>& seq, int64_t ngram, int64_t max) {
   const int64_t L = static_cast<int64_t>(seq.size());
   if (max <= 0 || L <= ngram) return {};
   for (int64_t s = L - ngram - 1; s >= 0; --s)
     if (std::equal(seq.begin() + s, seq.begin() + s + ngram, seq.end() - ngram)) {
-      const int64_t from = s + ngram, n = std::min(max, L - from);
-      return std::vector<int64_t>(seq.begin() + from, seq.begin() + from + n);
+      std::vector<int64_t> draft;
+      for (int64_t i = s + ngram; static_cast<int64_t>(draft.size()) < max; ++i)
+        draft.push_back(i < L ? seq[i] : draft[i - L]);
+      return draft;
     }
   return {};
 }
