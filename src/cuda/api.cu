@@ -411,12 +411,13 @@ void decode(const Problem& p, const Inputs& in, const DecodeCache& cache, const 
   int sms = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, in.q.device_index));
   const bool checkpointed = cache.ckpt.defined();
-  // A call of several tokens in chunks (launch/decode_chunk.cu): at most 64 splits, since each split adds a partial
-  // per token of the chunk (not tuned).
+  // A call of several tokens in chunks (launch/decode_chunk.cu; prm.chunk_rows > 0 tells the launcher), and every
+  // call without commit: at most kDecodeChunkMaxSplits splits, since each split adds a partial per token of the
+  // chunk (not tuned).
   const bool chunked = !commit || decode_uses_chunks(checkpointed, p.T);
   const int ns_plan = decode_splits(p.B, p.H, Tmax, sms,
                                     decode_split_blocks_per_sm(prm, p.dtype == DType::bf16, static_cast<int>(p.D)));
-  const int ns = chunked ? std::min(ns_plan, 64) : ns_plan;
+  const int ns = chunked ? std::min(ns_plan, kDecodeChunkMaxSplits) : ns_plan;
   if (p.B * p.H * ns > INT32_MAX || p.B * p.HQ > INT32_MAX)
     throw Error("pathattn: cuda decode: B * H = " + std::to_string(p.B * p.H) + " exceeds the kernels' grid");
 

@@ -12,6 +12,8 @@ namespace pathattn::cuda {
 // At most this many split blocks per (sequence, kv head) (plan.cu's decode_splits; the combine kernel keeps one
 // weight per split in shared memory).
 constexpr int kDecodeMaxSplits = 1024;
+// The chunked decode's cap on them (api.cu): its partials grow with the chunk's tokens.
+constexpr int kDecodeChunkMaxSplits = 64;
 
 struct DecodeParams {
   // The step's new tokens (device pointers), [B, S, ...] views; the launch for token `step` reads t = step.
@@ -61,7 +63,7 @@ struct DecodeParams {
   // launch/decode_launch.h): the chunk's tokens are step .. step + chunk_n - 1 (chunk_n <= 64).
   int chunk_n;
   bool commit;        // false: o and lse only; the cache, gates and lengths are left as they were (chunks only)
-  int chunk_rows;     // min(S, 64): tokens per chunk the partials have room for
+  int chunk_rows;     // min(S, 64): tokens per chunk the partials have room for; 0: single steps, not chunks
   float* chunk_u;     // [B, H, 64, D] workspace: the chunk's U = T b W (Eq. 10), f32, zero past chunk_n
   float* chunk_w;     // [B, H, 64, D] workspace: its W in f32
   float* chunk_q;     // [B, HQ, 64, D] workspace: the queries carried to the chunk's start, Q^ (Eq. 13)

@@ -12,7 +12,7 @@ namespace pathattn::cuda {
 bool decode_uses_chunks(bool checkpointed, int64_t S) {
   // Calls of at least PATHATTN_DECODE_CHUNK tokens (default 4; 0: never; 1 or 2: every call of several tokens). On
   // the H100 (twenty-second session, H 8, HQ 32, f32 cache; docs/perf/results.md "Chunked decode") a chunk against
-  // S single steps: S = 4 0.94-1.38x the speed (B 1, D 64, 16k: 7% slower), S = 16 2.5-3.0x, S = 64 3.4-4.1x.
+  // S single steps: S = 4 0.94-1.38x the speed (B 1, D 64, 16k: 7% slower), S = 16 2.5-3.2x, S = 64 3.2-4.1x.
   static const int64_t min_tokens = env::integer("PATHATTN_DECODE_CHUNK", 4, 0);
   return min_tokens > 0 && !checkpointed && S >= std::max<int64_t>(min_tokens, 2);
 }

@@ -87,7 +87,7 @@ auto split_kernel_for(const DecodeParams& p) {
 template <typename T, int D, int kG, bool kCkpt>
 void launch_decode_steps(const DecodeParams& p, int S, cudaStream_t stream) {
   if constexpr (!kCkpt)
-    if (!p.commit || decode_uses_chunks(false, S)) return launch_decode_chunks<T, D>(p, S, stream);
+    if (p.chunk_rows > 0) return launch_decode_chunks<T, D>(p, S, stream);  // api.cu chose chunks, sized for them
   DecodeParams prm = p;
   prm.S = S;
   const unsigned split_blocks = static_cast<unsigned>(static_cast<int64_t>(p.B) * p.H * p.num_splits);
