@@ -41,6 +41,18 @@ torch::Tensor ShortConvolutionImpl::forward(const torch::Tensor& x, const torch:
   return torch::silu(y);
 }
 
+torch::Tensor ShortConvolutionImpl::directions(const torch::Tensor& x, int64_t head_dim, const torch::Tensor& state,
+                                               torch::Tensor* state_out) {
+  const int64_t K = weight.size(2);
+  if (state_out) {  // the last K - 1 inputs of [state; x] (zeros before a short first call)
+    auto prev = state.defined() ? state.to(x.scalar_type()) : torch::zeros({x.size(0), K - 1, x.size(2)}, x.options());
+    *state_out = torch::cat({prev, x}, 1).narrow(1, x.size(1), K - 1).detach();
+  }
+  std::optional<torch::Tensor> st;
+  if (state.defined()) st = state.to(x.scalar_type());
+  return pathattn::short_conv_w(x, weight, st, std::nullopt, head_dim);
+}
+
 torch::Tensor softmax_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                 const torch::Tensor& G, double scale) {
   const int64_t rep = q.size(1) / k.size(1);
@@ -106,7 +118,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg)
 torch::Tensor AttentionImpl::w_of(const torch::Tensor& x, const torch::Tensor& conv_state, torch::Tensor* conv_out) {
   const int64_t B = x.size(0), T = x.size(1);
   auto u = cfg_.low_rank_w ? w_proj->forward(x) : w_proj_full(x);  // [B, T, H*D]
-  if (cfg_.w_shortconv) u = w_conv1d(u, conv_state, conv_out);
+  if (cfg_.w_shortconv) return w_conv1d->directions(u, D_, conv_state, conv_out);  // conv, SiLU and norm fused
   auto w = u.view({B, T, H_, D_}).to(acc(u));
   // F.normalize's rule, as the Python layer: w / max(|w|, 1e-12).
   return torch::nn::functional::normalize(w, torch::nn::functional::NormalizeFuncOptions().p(2).dim(-1).eps(1e-12));

@@ -62,6 +62,11 @@ class ShortConvolutionImpl : public torch::nn::Module {
   // x [B, T, C] continuing after the K - 1 inputs `state` [B, K - 1, C] (undefined: zeros, a sequence start);
   // the last K - 1 inputs are written to *state_out when given.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& state = {}, torch::Tensor* state_out = nullptr);
+  // The layer's unit directions [B, T, C / head_dim, head_dim] (f32; f64 for f64 x): forward() followed by the L2
+  // norm over each head's channels, fused in one op each way (pathattn::short_conv_w, docs/math.md Eq. 44-46), with
+  // the same state arguments. forward() stays as the composition it replaces (the tests compare the two).
+  torch::Tensor directions(const torch::Tensor& x, int64_t head_dim, const torch::Tensor& state = {},
+                           torch::Tensor* state_out = nullptr);
   torch::Tensor weight;
 };
 TORCH_MODULE(ShortConvolution);

@@ -166,7 +166,7 @@ if [ "$MODE" = model ]; then
   echo "==== summary"; cat "$SUMMARY"; exit 0
 fi
 
-BUILD_TARGETS="test_cuda_forward test_cuda_backward test_cuda_decode bench_fwd bench_decode_cuda"
+BUILD_TARGETS="test_cuda_forward test_cuda_backward test_cuda_decode test_cuda_short_conv bench_fwd bench_decode_cuda"
 [ "$MODE" = ab ] && [ "${AB_TESTS:-0}" != 1 ] && BUILD_TARGETS=bench_fwd
 t0=$(date +%s)
 if [ "$MODE" != torch ] && ! { cmake -S . -B build-gpu -DPATHATTN_TORCH=OFF -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=ON -DPATHATTN_BENCH=ON -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) \

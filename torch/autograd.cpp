@@ -49,6 +49,32 @@ struct PathAttentionFunction : torch::autograd::Function<PathAttentionFunction> 
   }
 };
 
+// w = normalize(silu(conv(u))) (docs/math.md Eq. 44-46): saves u, weight, state; the backward recomputes y.
+struct ShortConvWFunction : torch::autograd::Function<ShortConvWFunction> {
+  static variable_list forward(AutogradContext* ctx, const Tensor& u, const Tensor& weight, const opt<Tensor>& state,
+                               const opt<Tensor>& cu_seqlens, int64_t head_dim, double eps) {
+    // weight as conv1d's [C, 1, K] or [C, K]; the op takes [C, K].
+    const Tensor w2 = weight.dim() == 3 && weight.size(1) == 1 ? weight.select(1, 0) : weight;
+    Tensor w = torch_ops::call_short_conv_w(u, w2, state, cu_seqlens, head_dim, eps);
+    ctx->save_for_backward({u, weight, state.value_or(Tensor()), cu_seqlens.value_or(Tensor())});
+    ctx->saved_data["head_dim"] = head_dim;
+    ctx->saved_data["eps"] = eps;
+    return {w};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list s = ctx->get_saved_variables();
+    const Tensor &u = s[0], &weight = s[1], &state = s[2], &cu = s[3];
+    const Tensor w2 = weight.dim() == 3 && weight.size(1) == 1 ? weight.select(1, 0) : weight;
+    const bool want_dstate = state.defined() && state.requires_grad();
+    auto [du, dweight, dstate] = torch_ops::call_short_conv_w_bwd(
+        u, w2, to_opt(state), to_opt(cu), ctx->saved_data["head_dim"].toInt(), ctx->saved_data["eps"].toDouble(),
+        grads[0], want_dstate);
+    return {du, dweight.to(weight.scalar_type()).view(weight.sizes()), want_dstate ? dstate : Tensor(), Tensor(),
+            Tensor(), Tensor()};
+  }
+};
+
 }  // namespace
 
 PathAttentionOutput path_attention_ex(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w,
@@ -64,6 +90,12 @@ Tensor path_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
                       const std::optional<Tensor>& g, std::optional<double> scale,
                       const std::optional<Tensor>& cu_seqlens, bool deterministic) {
   return path_attention_ex(q, k, v, w, beta, g, scale, cu_seqlens, false, deterministic).o;
+}
+
+torch::Tensor short_conv_w(const torch::Tensor& u, const torch::Tensor& weight,
+                           const std::optional<torch::Tensor>& state, const std::optional<torch::Tensor>& cu_seqlens,
+                           int64_t head_dim, double eps) {
+  return ShortConvWFunction::apply(u, weight, to_opt(state), to_opt(cu_seqlens), head_dim, eps)[0];
 }
 
 }  // namespace pathattn

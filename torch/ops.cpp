@@ -170,6 +170,71 @@ std::tuple<Tensor, Tensor> dec(const Tensor& q, const Tensor& k, const Tensor& v
   });
 }
 
+// The fused short convolution of w (pathattn::short_conv_w, docs/math.md Eq. 44-46). CPU: float32 and float64 in
+// the core; 16-bit u is computed as float32 (its du rounded back). weight [C, K] in f32 or u's dtype.
+ShortConvW conv_inputs(const Tensor& u, const Tensor& weight, const opt<Tensor>& state, const opt<Tensor>& cu_seqlens,
+                       int64_t head_dim, double eps, Tensor* keep) {
+  ShortConvW in;
+  in.u = to_view(u, "u");
+  in.weight = to_view(weight, "weight");
+  in.state = to_view(state, "state");
+  in.cu_seqlens = to_view(cu_seqlens, "cu_seqlens");
+  in.head_dim = head_dim;
+  in.eps = eps;
+  in.cuda_stream = kernel_stream(u);
+  if (u.is_cuda()) {
+    const auto options = u.options().dtype(at::kByte);
+    in.cuda_workspace = [keep, options](std::size_t bytes) {
+      *keep = at::empty({static_cast<int64_t>(bytes)}, options);
+      return keep->data_ptr();
+    };
+  }
+  return in;
+}
+
+// The CPU core computes in float32 / float64: 16-bit CPU tensors go through float32.
+bool cpu_16bit(const Tensor& u) { return u.is_cpu() && (u.scalar_type() == at::kHalf || u.scalar_type() == at::kBFloat16); }
+opt<Tensor> to_float(const opt<Tensor>& t) { return t.has_value() ? opt<Tensor>(t->to(at::kFloat)) : t; }
+at::ScalarType conv_float(const Tensor& u) { return u.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
+
+Tensor conv_w(const Tensor& u, const Tensor& weight, const opt<Tensor>& state, const opt<Tensor>& cu_seqlens,
+              int64_t head_dim, double eps) {
+  if (cpu_16bit(u)) return conv_w(u.to(at::kFloat), weight.to(at::kFloat), to_float(state), cu_seqlens, head_dim, eps);
+  return translate_errors([&] {
+    Tensor workspace;
+    const ShortConvW in = conv_inputs(u, weight, state, cu_seqlens, head_dim, eps, &workspace);
+    const c10::OptionalDeviceGuard guard(kernel_device(u));
+    const int64_t B = u.dim() == 3 ? u.size(0) : 0, T = u.dim() == 3 ? u.size(1) : 0;
+    const int64_t C = u.dim() == 3 ? u.size(2) : 0, D = head_dim > 0 ? head_dim : 1;
+    Tensor w = at::empty({B, T, C / D, D}, u.options().dtype(conv_float(u)));  // [B, T, H, D]
+    short_conv_w(in, to_view(w, "w"), Backend::automatic);
+    return w;
+  });
+}
+
+std::tuple<Tensor, Tensor, Tensor> conv_w_bwd(const Tensor& u, const Tensor& weight, const opt<Tensor>& state,
+                                              const opt<Tensor>& cu_seqlens, int64_t head_dim, double eps,
+                                              const Tensor& dw, bool want_dstate) {
+  if (cpu_16bit(u)) {
+    auto [du, dweight, dstate] = conv_w_bwd(u.to(at::kFloat), weight.to(at::kFloat), to_float(state), cu_seqlens,
+                                            head_dim, eps, dw.to(at::kFloat), want_dstate);
+    return std::make_tuple(du.to(u.scalar_type()), dweight, dstate.numel() ? dstate.to(u.scalar_type()) : dstate);
+  }
+  return translate_errors([&] {
+    Tensor workspace;
+    const ShortConvW in = conv_inputs(u, weight, state, cu_seqlens, head_dim, eps, &workspace);
+    const c10::OptionalDeviceGuard guard(kernel_device(u));
+    Tensor du = at::empty(u.sizes(), u.options());
+    Tensor dweight = at::empty(weight.sizes(), u.options().dtype(conv_float(u)));
+    const bool ds = want_dstate && state.has_value();
+    Tensor dstate = ds ? at::empty(state->sizes(), u.options()) : at::empty({0}, u.options());
+    const Tensor dw_c = dw.contiguous();  // autograd may hand an expanded gradient
+    short_conv_w_backward(in, to_view(dw_c, "dw"), to_view(du, "du"), to_view(dweight, "dweight"),
+                          ds ? to_view(dstate, "dstate") : TensorView(), Backend::automatic);
+    return std::make_tuple(du, dweight, dstate);
+  });
+}
+
 }  // namespace
 
 void check_dense(std::initializer_list<std::pair<const Tensor*, const char*>> args) {
@@ -213,6 +278,24 @@ std::tuple<Tensor, Tensor> call_decode(const Tensor& q, const Tensor& k, const T
                  ckpt_period, commit);
 }
 
+Tensor call_short_conv_w(const Tensor& u, const Tensor& weight, const opt<Tensor>& state,
+                         const opt<Tensor>& cu_seqlens, int64_t head_dim, double eps) {
+  check_dense({{&u, "u"}, {&weight, "weight"}, {state ? &*state : nullptr, "state"},
+               {cu_seqlens ? &*cu_seqlens : nullptr, "cu_seqlens"}});
+  static auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("pathattn::short_conv_w", "").typed<decltype(conv_w)>();
+  return op.call(u, weight, state, cu_seqlens, head_dim, eps);
+}
+
+std::tuple<Tensor, Tensor, Tensor> call_short_conv_w_bwd(const Tensor& u, const Tensor& weight,
+                                                         const opt<Tensor>& state, const opt<Tensor>& cu_seqlens,
+                                                         int64_t head_dim, double eps, const Tensor& dw,
+                                                         bool want_dstate) {
+  static auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("pathattn::short_conv_w_bwd", "").typed<decltype(conv_w_bwd)>();
+  return op.call(u, weight, state, cu_seqlens, head_dim, eps, dw, want_dstate);
+}
+
 }  // namespace pathattn::torch_ops
 
 TORCH_LIBRARY(pathattn, m) {
@@ -227,12 +310,18 @@ TORCH_LIBRARY(pathattn, m) {
       "decode(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, float? scale, Tensor(a!) cache_k, "
       "Tensor(b!) cache_v, Tensor(c!)? cache_gcum, Tensor(d!) cache_lengths, Tensor(e!)? cache_ckpt=None, "
       "Tensor(f!)? cache_carry=None, int ckpt_period=0, bool commit=True) -> (Tensor o, Tensor lse)");
+  m.def("short_conv_w(Tensor u, Tensor weight, Tensor? state, Tensor? cu_seqlens, int head_dim, float eps=1e-12) -> Tensor");
+  m.def(
+      "short_conv_w_bwd(Tensor u, Tensor weight, Tensor? state, Tensor? cu_seqlens, int head_dim, float eps, "
+      "Tensor dw, bool want_dstate) -> (Tensor du, Tensor dweight, Tensor dstate)");
 }
 
 TORCH_LIBRARY_IMPL(pathattn, CPU, m) {
   m.impl("fwd", TORCH_FN(pathattn::torch_ops::fwd));
   m.impl("bwd", TORCH_FN(pathattn::torch_ops::bwd));
   m.impl("decode", TORCH_FN(pathattn::torch_ops::dec));
+  m.impl("short_conv_w", TORCH_FN(pathattn::torch_ops::conv_w));
+  m.impl("short_conv_w_bwd", TORCH_FN(pathattn::torch_ops::conv_w_bwd));
 }
 
 // The core dispatches on the tensors' device, so CUDA registers the same functions; without CUDA in the
@@ -242,5 +331,7 @@ TORCH_LIBRARY_IMPL(pathattn, CUDA, m) {
   m.impl("fwd", TORCH_FN(pathattn::torch_ops::fwd));
   m.impl("bwd", TORCH_FN(pathattn::torch_ops::bwd));
   m.impl("decode", TORCH_FN(pathattn::torch_ops::dec));
+  m.impl("short_conv_w", TORCH_FN(pathattn::torch_ops::conv_w));
+  m.impl("short_conv_w_bwd", TORCH_FN(pathattn::torch_ops::conv_w_bwd));
 }
 #endif

@@ -13,6 +13,12 @@
 //                                                     false; CPU float32, or CUDA bf16/f16 q, k, v with the cache and
 //                                                     lengths on q's device; ckpt, carry and period: the
 //                                                     checkpointed cache, CPU and CUDA)
+//   pathattn::short_conv_w(Tensor u, Tensor weight, Tensor? state, Tensor? cu_seqlens, int head_dim,
+//                          float eps=1e-12) -> Tensor w                (docs/math.md Eq. 44-45: [B, T, H, D] f32)
+//   pathattn::short_conv_w_bwd(Tensor u, Tensor weight, Tensor? state, Tensor? cu_seqlens, int head_dim,
+//                              float eps, Tensor dw, bool want_dstate)
+//                 -> (Tensor du, Tensor dweight, Tensor dstate)       (Eq. 46; dweight f32 [C, K]; dstate [0]
+//                                                                      unless want_dstate and state)
 // Absent outputs (kcache when not asked for, dg without a gate) are empty tensors of shape [0]: an op's
 // Tensor result cannot be None.
 #pragma once
@@ -54,5 +60,13 @@ std::tuple<at::Tensor, at::Tensor> call_decode(const at::Tensor& q, const at::Te
                                                const opt<at::Tensor>& cache_ckpt = opt<at::Tensor>(),
                                                const opt<at::Tensor>& cache_carry = opt<at::Tensor>(),
                                                int64_t ckpt_period = 0, bool commit = true);
+
+at::Tensor call_short_conv_w(const at::Tensor& u, const at::Tensor& weight, const opt<at::Tensor>& state,
+                             const opt<at::Tensor>& cu_seqlens, int64_t head_dim, double eps);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> call_short_conv_w_bwd(const at::Tensor& u, const at::Tensor& weight,
+                                                                     const opt<at::Tensor>& state,
+                                                                     const opt<at::Tensor>& cu_seqlens,
+                                                                     int64_t head_dim, double eps,
+                                                                     const at::Tensor& dw, bool want_dstate);
 
 }  // namespace pathattn::torch_ops

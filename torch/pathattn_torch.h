@@ -21,6 +21,16 @@ torch::Tensor path_attention(const torch::Tensor& q, const torch::Tensor& k, con
                              std::optional<double> scale = std::nullopt,
                              const std::optional<torch::Tensor>& cu_seqlens = std::nullopt, bool deterministic = true);
 
+// The PaTH layer's Householder directions from its w projection u [B, T, C] (C = H * head_dim), fused (docs/math.md
+// Eq. 44-46): w = normalize(silu(causal depthwise conv(u, weight))) over each head's channels, [B, T, H, head_dim]
+// f32 (f64 for f64 u); fla's ShortConvolution (SiLU, no bias) + l2_norm in one pass each way. weight [C, 1, K] (the
+// conv1d weight) or [C, K]; state [B, K - 1, C] the inputs before u's first row (decoding; absent: zeros);
+// cu_seqlens [N + 1] int32 with B == 1 restarts the convolution at each sequence. Differentiable in u, weight and
+// state; CPU (float32/float64; 16-bit through float32) and CUDA (float32/bfloat16/float16, head_dim <= 256, K <= 8).
+torch::Tensor short_conv_w(const torch::Tensor& u, const torch::Tensor& weight,
+                           const std::optional<torch::Tensor>& state, const std::optional<torch::Tensor>& cu_seqlens,
+                           int64_t head_dim, double eps = 1e-12);
+
 struct PathAttentionOutput {
   torch::Tensor o;       // [B, T, HQ, DV], differentiable
   torch::Tensor lse;     // [B, T, HQ] f32 natural-log normaliser, differentiable too

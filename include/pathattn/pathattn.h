@@ -199,6 +199,33 @@ struct DecodeCache {
 void decode(const Inputs& in, const DecodeCache& cache, const ForwardOutputs& out, Backend backend = Backend::automatic,
             bool commit = true);
 
+// The PaTH layer's Householder directions from its w projection (docs/math.md Eq. 44-46), fused: a causal
+// depthwise convolution over time, SiLU, and an L2 normalisation over each head's D channels,
+//   y[b, t, c] = sum_{j < K} weight[c, j] x[b, t - K + 1 + j, c],   w[b, t, h, :] = a / max(|a|, eps), a = silu(y),
+// where x is u preceded by `state` (the K - 1 inputs before u's first row; absent: zeros) or, with cu_seqlens, by
+// zeros at each sequence's start. fla's ShortConvolution (no bias, SiLU) followed by l2_norm, in one pass over u
+// instead of the ~20 element-wise passes of that composition. f32 arithmetic for 16-bit u (f64 for f64 u).
+struct ShortConvW {
+  TensorView u;           // [B, T, C] f32, bf16 or f16 (CPU: f32 or f64), C = H * head_dim
+  TensorView weight;      // [C, K] f32, or u's dtype (the conv1d weight [C, 1, K] without its middle dimension)
+  TensorView state;       // [B, K - 1, C] optional, u's dtype: the inputs before u's first row (decoding)
+  TensorView cu_seqlens;  // [N + 1] int32 optional packed batch (B == 1, no state): the convolution restarts at
+                          // each sequence's first row
+  int64_t head_dim = 0;   // D: the channels normalised together (C a multiple of it)
+  double eps = 1e-12;     // F.normalize's: a / max(|a|, eps)
+  void* cuda_stream = nullptr;                   // as Inputs::cuda_stream
+  std::function<void*(std::size_t)> cuda_workspace;  // as Inputs::cuda_workspace (the backward's weight partials)
+};
+
+// w [B, T, C / head_dim, head_dim], f32 (f64 for f64 u). CPU or CUDA, on u's device (Backend::automatic).
+void short_conv_w(const ShortConvW& in, const TensorView& w, Backend backend = Backend::automatic);
+// Gradients given dw (w's shape, f32 or f64): du (u's shape and dtype), dweight ([C, K], f32 or f64: summed over
+// b and t in one fixed order, the same bits on every run), dstate (optional, [B, K - 1, C], u's dtype; requires
+// state).
+void short_conv_w_backward(const ShortConvW& in, const TensorView& dw, const TensorView& du,
+                           const TensorView& dweight, const TensorView& dstate = TensorView(),
+                           Backend backend = Backend::automatic);
+
 // Sets the number of threads the CPU paths use (0: all cores). Returns the previous value.
 int set_num_threads(int n);
 int num_threads();

@@ -189,3 +189,38 @@ def decode(q, k, v, w, beta, cache, g=None, scale=None, return_lse=False, commit
         cache.period, bool(commit)
     )
     return (o, lse) if return_lse else o
+
+
+class _ShortConvW(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, u, weight, state, cu_seqlens, head_dim, eps):
+        w2 = weight[:, 0] if weight.dim() == 3 else weight  # conv1d's [C, 1, K] -> [C, K]
+        w = torch.ops.pathattn.short_conv_w(u, w2, state, cu_seqlens, head_dim, eps)
+        ctx.save_for_backward(u, weight, state, cu_seqlens)
+        ctx.head_dim, ctx.eps = head_dim, eps
+        return w
+
+    @staticmethod
+    def backward(ctx, dw):
+        u, weight, state, cu_seqlens = ctx.saved_tensors
+        w2 = weight[:, 0] if weight.dim() == 3 else weight
+        want_dstate = state is not None and ctx.needs_input_grad[2]
+        du, dweight, dstate = torch.ops.pathattn.short_conv_w_bwd(
+            u, w2, state, cu_seqlens, ctx.head_dim, ctx.eps, dw, want_dstate
+        )
+        return du, dweight.to(weight.dtype).view_as(weight), (dstate if want_dstate else None), None, None, None
+
+
+def short_conv_w(u, weight, head_dim, state=None, cu_seqlens=None, eps=1e-12):
+    """The PaTH layer's Householder directions from its w projection, fused (docs/math.md Eq. 44-46):
+    w = normalize(silu(causal depthwise conv(u, weight))) over each head's head_dim channels, i.e. fla's
+    ShortConvolution (SiLU, no bias) followed by an L2 norm, in one pass each way.
+
+    u [B, T, C] (C = H * head_dim), weight [C, 1, K] (the conv1d weight) or [C, K], state [B, K - 1, C] the
+    inputs before u's first row (decoding; None: zeros), cu_seqlens [N + 1] int32 with B == 1 (the convolution
+    restarts at each sequence). Returns w [B, T, H, head_dim] in float32 (float64 for float64 u), differentiable in
+    u, weight and state. CPU: float32/float64 (16-bit through float32); CUDA: float32/bfloat16/float16 u,
+    head_dim <= 256, K <= 8. Errors are RuntimeError naming the argument.
+    """
+    _check_dense(u=u, weight=weight, state=state, cu_seqlens=cu_seqlens)
+    return _ShortConvW.apply(u, weight, state, cu_seqlens, head_dim, eps)

@@ -5,9 +5,9 @@
 #include <limits>
 #include <sstream>
 
+#include "common/checks.h"
 
 namespace pathattn {
-namespace {
 
 std::string shape_str(const TensorView& t) {
   std::ostringstream s;
@@ -40,9 +40,9 @@ std::string device_str(Device d, int index) {
   return std::string(d == Device::cuda ? "cuda" : "cpu") + ":" + std::to_string(index);
 }
 
-void check_same_device(const TensorView& t, const char* name, const TensorView& q) {
+void check_same_device(const TensorView& t, const char* name, const TensorView& q, const char* q_name) {
   if (t.device != q.device || t.device_index != q.device_index)
-    fail(std::string(name) + " must be on the same device as q (" + device_str(q.device, q.device_index) + "), got " +
+    fail(std::string(name) + " must be on the same device as " + q_name + " (" + device_str(q.device, q.device_index) + "), got " +
          device_str(t.device, t.device_index));
 }
 
@@ -57,6 +57,8 @@ void check_dtype(const TensorView& t, const char* name, std::initializer_list<DT
 void check_pointer(const TensorView& t, const char* name) {
   if (t.data == nullptr && t.numel() > 0) fail(std::string(name) + " has a null data pointer");
 }
+
+namespace {
 
 // Reads every value of a [B, T, X] CPU view (f32 or f64) and checks lo <= x <= hi, not NaN.
 void check_range(const TensorView& t, const char* name, double lo, double hi, const char* expected) {

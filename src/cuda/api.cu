@@ -45,16 +45,6 @@ Support check_rows(const TensorView& t, const char* name, int vec_elems) {
   return {};
 }
 
-// Restores the caller's current device on scope exit.
-struct DeviceGuard {
-  int prev = 0;
-  explicit DeviceGuard(int device) {
-    CUDA_CHECK(cudaGetDevice(&prev));
-    if (prev != device) CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceGuard() { (void)cudaSetDevice(prev); }  // unchecked: a destructor may not throw
-};
-
 Strides strides_of(const TensorView& t) { return Strides{t.strides[0], t.strides[1], t.strides[2]}; }
 
 // The kernels count workspace rows and grid blocks in 32 bits (TMA coordinates are int32).

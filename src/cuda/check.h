@@ -30,3 +30,17 @@ namespace pathattn::cuda {
     cudaError_t e_ = cudaGetLastError();                                                                   \
     if (e_ != cudaSuccess) ::pathattn::cuda::cuda_fail(e_, std::string("the launch of ") + (name), __FILE__, __LINE__); \
   } while (0)
+
+namespace pathattn::cuda {
+
+// Makes `device` current for the scope of a call and restores the caller's current device on exit.
+struct DeviceGuard {
+  int prev = 0;
+  explicit DeviceGuard(int device) {
+    CUDA_CHECK(cudaGetDevice(&prev));
+    if (prev != device) CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceGuard() { (void)cudaSetDevice(prev); }  // unchecked: a destructor may not throw
+};
+
+}  // namespace pathattn::cuda

@@ -19,6 +19,7 @@ target_sources(pathattn_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/launch/decode.cu
   ${CMAKE_CURRENT_LIST_DIR}/launch/decode_ckpt.cu
   ${CMAKE_CURRENT_LIST_DIR}/launch/decode_chunk.cu
+  ${CMAKE_CURRENT_LIST_DIR}/launch/short_conv.cu
 )
 target_compile_definitions(pathattn_core PUBLIC PATHATTN_WITH_CUDA)
 target_link_libraries(pathattn_core PUBLIC CUDA::cudart)

@@ -154,3 +154,35 @@ TEST(ModelAttention, CudaHeadDimensionsAreCheckedByName) {
     EXPECT_NO_THROW(c.validate_on_cuda()) << mechanism_name(m);
   }
 }
+
+// The layer's w path runs through the fused op (ShortConvolution::directions, pathattn::short_conv_w): the same
+// directions and gradients as the composition it replaced (forward(), then F.normalize's rule), from a sequence
+// start and continuing after a state, in f64 (to rounding) and f32.
+TEST(ModelAttention, FusedDirectionsEqualTheComposition) {
+  for (auto dtype : {torch::kDouble, torch::kFloat}) {
+    torch::manual_seed(4);
+    ShortConvolution conv(12, 4);
+    conv->to(dtype);
+    {
+      torch::NoGradGuard ng;
+      conv->weight.normal_(0.0, 0.5);
+    }
+    const auto opts = torch::TensorOptions().dtype(dtype);
+    auto u = torch::randn({2, 9, 12}, opts).requires_grad_(true);
+    for (bool with_state : {false, true}) {
+      auto state = with_state ? torch::randn({2, 3, 12}, opts) : torch::Tensor();
+      torch::Tensor out_fused, out_comp;
+      auto fused = conv->directions(u, 4, state, &out_fused);
+      auto y = conv->forward(u, state, &out_comp).view({2, 9, 3, 4});
+      auto comp = torch::nn::functional::normalize(y, torch::nn::functional::NormalizeFuncOptions().p(2).dim(-1).eps(1e-12));
+      const double tol = dtype == torch::kDouble ? 1e-13 : 2e-6;
+      EXPECT_LT(rel_err(fused, comp), tol) << "with_state " << with_state;
+      EXPECT_TRUE(torch::equal(out_fused, out_comp));  // the next call's state
+      auto r = torch::randn_like(comp);
+      auto g_fused = torch::autograd::grad({(fused * r).sum()}, {u, conv->weight});
+      auto g_comp = torch::autograd::grad({(comp * r).sum()}, {u, conv->weight});
+      EXPECT_LT(rel_err(g_fused[0], g_comp[0]), dtype == torch::kDouble ? 1e-12 : 1e-5) << "du";
+      EXPECT_LT(rel_err(g_fused[1], g_comp[1]), dtype == torch::kDouble ? 1e-12 : 1e-5) << "dweight";
+    }
+  }
+}
