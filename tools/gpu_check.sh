@@ -18,6 +18,7 @@
 #          CHUNK_DECODE=1 (any mode that builds the tests; decode mode always): the chunked decode for calls of several
 #          tokens for every S >= 2 (PATHATTN_DECODE_CHUNK=1, kernels/decode_chunk.cuh; the default is S >= 4): its
 #          tests, sanitizers, bench_decode_cuda --tokens S with chunks (1) and single steps (0)
+#          CHUNK_PATCH=<patch file> (carried): the chunk checks on a patched copy, each bench shape beside the checkout's
 #   ncu:   the gpu tests, then Nsight Compute on one 32 x 4096 (H 32, D 64) forward: each kernel once
 #   bwd:   the gpu tests, bench_fwd --bwd with per-stage times (PATHATTN_CUDA_PROFILE=1), then Nsight Compute on
 #          one backward's bwd_main and bwd_local (NCU_SHAPE, default 32,4096,32,64); no baselines; SANITIZE=1 adds the
@@ -204,6 +205,9 @@ if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ] || [ "$MODE" =
   (cd build-gpu && ctest -L gpu -j 16 --output-on-failure --timeout 400 "${EXCL[@]}") > "$OUT/tests.log" 2>&1
   note "gpu tests: $(grep -E 'tests passed|tests failed' "$OUT/tests.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
   grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess)" "$OUT/tests.log" | head -20 | tee -a "$SUMMARY"
+  # The fused short convolution of w (kernels/short_conv.cuh): small cases, so both sanitizers run with the tests.
+  [ -x build-gpu/tests/cuda/test_cuda_short_conv ] &&
+    sanitize short_conv build-gpu/tests/cuda/test_cuda_short_conv 'CudaShortConv.*' 300
   # Per-case errors (o / lse / kcache against the f64 reference and the low-precision baseline), one run.
   if [ "${SKIP_ERRLOG:-0}" != 1 ]; then
     build-gpu/tests/cuda/test_cuda_forward > "$OUT/errors.log" 2>&1 || true
@@ -220,17 +224,34 @@ fi
 # default takes it from 4 tokens): the decode tests with it (the S = 2 calls too), memcheck +
 # racecheck on the chunked cases and the graph replays, then bench_decode_cuda --tokens S with and without it on a
 # few shapes (CHUNK_SHAPES, CHUNK_TOKENS). CHUNK_DECODE=1 runs it in any mode that builds the tests; decode mode always.
+# CHUNK_PATCH=<file>: a patch of the chunked decode to try (e.g. third_party_fetched/ab/vectortile.patch, carried):
+# applied to a copy of the tree, built there (test_cuda_decode, bench_decode_cuda); the tests and sanitizers then
+# run on the patched build and each bench shape runs the checkout's build and the patched one back to back.
+patched_build() {
+  local dir=/tmp/chunk-patched
+  rm -rf "$dir" && mkdir -p "$dir" &&
+    tar --exclude=./build-gpu --exclude=./build-gpu-torch --exclude=./third_party_fetched -cf - . | tar -xf - -C "$dir" &&
+    (cd "$dir" && patch -p1 < "$OLDPWD/$CHUNK_PATCH" > /dev/null) &&
+    cmake -S "$dir" -B "$dir/build" -DPATHATTN_TORCH=OFF -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=ON -DPATHATTN_BENCH=ON \
+      -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) "${PREFIX_ARGS[@]}" > "$OUT/build_patched.log" 2>&1 &&
+    make -C "$dir/build" -j16 test_cuda_decode bench_decode_cuda >> "$OUT/build_patched.log" 2>&1 && echo "$dir/build"
+}
 chunk_decode_checks() {
-  local t0 rc shape S on env
+  local t0 rc shape S on env B=build-gpu
+  if [ -n "${CHUNK_PATCH:-}" ]; then
+    t0=$(date +%s)
+    if B=$(patched_build); then note "patched build ($CHUNK_PATCH): ok ($(( $(date +%s) - t0 )) s)"
+    else note "patched build ($CHUNK_PATCH) FAILED"; tail -20 "$OUT/build_patched.log" | tee -a "$SUMMARY"; return; fi
+  fi
   for env in PATHATTN_DECODE_CHUNK= PATHATTN_DECODE_CHUNK=1; do  # the default (chunks from 4 tokens), then every call
     t0=$(date +%s)
-    env "$env" build-gpu/tests/cuda/test_cuda_decode > "$OUT/tests_decode_chunk.log" 2>&1
+    env "$env" "$B"/tests/cuda/test_cuda_decode > "$OUT/tests_decode_chunk.log" 2>&1
     note "decode gpu tests, $env: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_decode_chunk.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
     grep -E "^\[  FAILED  \]|ratio to bound [1-9]|Failure|Expected|Which is|rel err" "$OUT/tests_decode_chunk.log" |
       grep -v "ratio to bound 0" | head -30 | tee -a "$SUMMARY"
   done
   grep -A12 "ACallOfSTokens" "$OUT/tests_decode_chunk.log" | grep -E "rel err|OK|FAILED" | tee -a "$SUMMARY"
-  PATHATTN_DECODE_CHUNK=1 sanitize decode_chunk build-gpu/tests/cuda/test_cuda_decode \
+  PATHATTN_DECODE_CHUNK=1 sanitize decode_chunk "$B"/tests/cuda/test_cuda_decode \
     "${CHUNK_SAN_FILTER:-*chunked*:CudaDecode.*:*CudaDecodeGraph*}" 300
   for shape in ${CHUNK_SHAPES:-1,16384,64 8,16384,64 64,4096,64 1,65536,128 8,16384,128}; do
     for S in ${CHUNK_TOKENS:-4 16 64}; do
@@ -240,6 +261,12 @@ chunk_decode_checks() {
         rc=$?
         note "bench_decode_cuda --tokens $S, PATHATTN_DECODE_CHUNK=$on (rc=$rc):$(grep -E '^ +[0-9]' "$OUT/bench_decode_chunk.log" | tail -1)"
       done
+      if [ "$B" != build-gpu ]; then
+        PATHATTN_DECODE_CHUNK=1 timeout 120 "$B"/bench/cuda/bench_decode_cuda --shape "$shape" --tokens "$S" \
+          --iters 10 > "$OUT/bench_decode_chunk.log" 2>&1
+        rc=$?
+        note "bench_decode_cuda --tokens $S, PATHATTN_DECODE_CHUNK=1, patched (rc=$rc):$(grep -E '^ +[0-9]' "$OUT/bench_decode_chunk.log" | tail -1)"
+      fi
     done
   done
 }
