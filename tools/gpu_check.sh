@@ -27,7 +27,8 @@
 #   torch: the torch extension and the model built against the machine's torch (CUDA on), pytest tests/python on
 #          it (the CUDA decode through the op and the layer: tests/python/test_decode_cuda.py), the model's gpu test
 #          (tests/model/test_model_cuda.cpp: its KV-cache decoding through the CUDA decode kernels and its gradients
-#          with the fast backward; needs googletest), bench/cuda/bench_train.py (forward+backward, peak memory,
+#          with the fast backward; needs googletest), bench/cuda/bench_short_conv.py (the fused w path beside the
+#          torch composition, always), bench/cuda/bench_train.py (forward+backward, peak memory,
 #          beside SDPA and fla) and bench_step (a ~100M-parameter PaTH vs RoPE training step, PaTH with the
 #          deterministic and the fast backward); SKIP_TRAIN_BENCH=1 stops after the tests; PYTEST_ARGS
 #          picks the tests (default tests/python); DECODE_BENCH=1 also runs bench/cuda/bench_decode.py (ours, fla,
@@ -585,6 +586,12 @@ if [ "$MODE" = torch ]; then
     else
       note "test_model_cuda: not built (googletest: $HAVE_GTEST; see model_cuda_build.log)"
     fi
+    # The layer's fused w path beside the torch composition it replaced (a few seconds).
+    t0=$(date +%s)
+    PYTHONUNBUFFERED=1 PATHATTN_LIBRARY=$LIB PYTHONPATH=$ROOT/python timeout 120 python3 bench/cuda/bench_short_conv.py \
+      > "$OUT/short_conv_bench.log" 2>&1
+    note "bench_short_conv.py: rc=$? ($(( $(date +%s) - t0 )) s)"
+    tee -a "$SUMMARY" < "$OUT/short_conv_bench.log"
     if [ "${DECODE_BENCH:-0}" = 1 ]; then
       t0=$(date +%s)
       PYTHONUNBUFFERED=1 PATHATTN_LIBRARY=$LIB PYTHONPATH=$ROOT/python:$ROOT/third_party_fetched/fla \
