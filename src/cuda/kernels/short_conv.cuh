@@ -173,18 +173,22 @@ __global__ void __launch_bounds__(kConvThreads) short_conv_w_bwd_kernel(ShortCon
 
   // 2. du (and dstate for the first tile) of the tile's rows, and the weight partials; thread = (group, channel).
   const int groups = kConvThreads / D, grp = threadIdx.x / D, d = threadIdx.x % D, c = h * D + d;
-  float acc_w[kConvMaxK];
+  float acc_w[kConvMaxK], wt[kConvMaxK];  // this channel's weight partials and taps
 #pragma unroll
-  for (int j = 0; j < kConvMaxK; ++j) acc_w[j] = 0.f;
+  for (int j = 0; j < kConvMaxK; ++j) {
+    acc_w[j] = 0.f;
+    wt[j] = grp < groups && j < K ? conv_weight<Wt>(p, c, j) : 0.f;
+  }
   if (grp < groups) {
     const int s_lo = (tile == 0 && p.dstate != nullptr) ? -(K - 1) : t0;
     const int s_hi = min(t0 + kConvTile, p.T);
     for (int s = s_lo + grp; s < s_hi; s += groups) {
       float acc = 0.f;
-      for (int j = 0; j < K; ++j) {
+#pragma unroll
+      for (int j = 0; j < kConvMaxK; ++j) {
         const int t = s + K - 1 - j;  // the output row that reads position s with tap j
-        if (t < 0 || t >= p.T || start_s[t - t0] > s) continue;
-        acc = fmaf(conv_weight<Wt>(p, c, j), dy_s[(t - t0) * D + d], acc);
+        if (j >= K || t < 0 || t >= p.T || start_s[t - t0] > s) continue;
+        acc = fmaf(wt[j], dy_s[(t - t0) * D + d], acc);
       }
       if (s >= 0) {
         static_cast<U*>(p.du)[b * p.du_b + s * p.du_t + c * p.du_c] = conv_from_f32<U>(acc);
