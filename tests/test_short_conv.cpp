@@ -220,6 +220,21 @@ TEST(ShortConv, Float32MatchesFloat64) {
   (void)w64;
 }
 
+// No rows: w is empty, dweight all zeros, dstate zeros (nothing reads the state). make_view's strides of a [2, 0, ...]
+// view are 0, which must not read as a broadcast output.
+TEST(ShortConv, EmptySequencesGiveZeroGradients) {
+  ConvCase c{2, 0, 2, 4, 3, true, {}, 1e-12, 1.0};
+  ConvData d = make_data(c, 2);
+  std::vector<int32_t> cu;
+  std::vector<double> none(1), dweight(d.weight.size(), std::nan("")), dstate(d.state.size(), std::nan(""));
+  const ShortConvW in = conv_inputs(d, cu);
+  short_conv_w(in, make_view(none.data(), DType::f64, {2, 0, 2, 4}));
+  short_conv_w_backward(in, make_view(none.data(), DType::f64, {2, 0, 2, 4}), make_view(none.data(), DType::f64, {2, 0, 8}),
+                        make_view(dweight.data(), DType::f64, {8, 3}), make_view(dstate.data(), DType::f64, {2, 2, 8}));
+  for (double x : dweight) EXPECT_EQ(x, 0.0);
+  for (double x : dstate) EXPECT_EQ(x, 0.0);
+}
+
 TEST(ShortConv, BadInputNamesTheArgument) {
   ConvCase c;
   ConvData d = make_data(c, 1);

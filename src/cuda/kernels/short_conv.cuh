@@ -180,9 +180,7 @@ __global__ void __launch_bounds__(kConvThreads) short_conv_w_bwd_kernel(ShortCon
     wt[j] = grp < groups && j < K ? conv_weight<Wt>(p, c, j) : 0.f;
   }
   if (grp < groups) {
-    const int s_lo = (tile == 0 && p.dstate != nullptr) ? -(K - 1) : t0;
-    const int s_hi = min(t0 + kConvTile, p.T);
-    for (int s = s_lo + grp; s < s_hi; s += groups) {
+    auto row = [&](int s) {  // du (or dstate) of position s, and row s's weight partials
       float acc = 0.f;
 #pragma unroll
       for (int j = 0; j < kConvMaxK; ++j) {
@@ -201,7 +199,12 @@ __global__ void __launch_bounds__(kConvThreads) short_conv_w_bwd_kernel(ShortCon
       } else {
         static_cast<U*>(p.dstate)[b * p.ds_b + (K - 1 + s) * p.ds_t + c * p.ds_c] = conv_from_f32<U>(acc);
       }
-    }
+    };
+    // The state's positions s < 0 (first tile, when dstate is asked for) apart from the tile's rows, so that the
+    // rows' assignment to groups, and with it the order of the weight sums, is the same either way.
+    if (tile == 0 && p.dstate != nullptr)
+      for (int s = -(K - 1) + grp; s < 0; s += groups) row(s);
+    for (int s = t0 + grp; s < min(t0 + kConvTile, p.T); s += groups) row(s);
 #pragma unroll
     for (int j = 0; j < kConvMaxK; ++j)
       if (j < K) red_s[(grp * D + d) * K + j] = acc_w[j];
