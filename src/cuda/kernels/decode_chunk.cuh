@@ -22,12 +22,12 @@
 #pragma once
 
 #include "cuda/kernels/decode.cuh"
-#include "cuda/kernels/prep.cuh"  // prep_detail::tile_nt
+#include "cuda/kernels/prep.cuh"  // prep_detail::tile_nt (the prep kernel)
 #include "cuda/kernels/ut_solve.cuh"
 
 namespace pathattn::cuda {
 
-constexpr int kDecodeChunkThreads = 256;  // tile_nt's 16 x 16 threads
+constexpr int kDecodeChunkThreads = 256;  // the tile products' 16 x 16 threads
 
 // Partial slot of (sequence b, query head hq, token i of the chunk, split); split num_splits is the chunk itself.
 __device__ __forceinline__ int64_t chunk_part(const DecodeParams& p, int b, int hq, int i, int split) {
@@ -198,29 +198,71 @@ __global__ void __launch_bounds__(kDecodeChunkThreads) decode_chunk_prep_kernel(
   }
 }
 
+// The split kernel's tiles: the products' operands are stored so that each thread reads its rows and its columns
+// as one vector per k (LDS.64 / LDS.128): transposed ([k][row], row length kLQ) for the k-sums over D, row-major
+// ([row][d], row length D + 4) for the values and W. The first form (tile_nt, rows ty + 16 a, scalar loads: 8 loads
+// per 16 FMAs) ran at ~13 TFLOP/s on an H100, bound by shared-memory loads.
+constexpr int kLQ = kChunk + 4;  // 16-byte aligned rows
 template <int D>
 constexpr int decode_chunk_split_smem_bytes() {
-  return (5 * kChunk * (D + 1) + kChunk * (kChunk + 1)) * 4 + kChunk * 8;
+  return (3 * D * kLQ + 2 * kChunk * (D + 4) + kChunk * kLQ) * 4 + kChunk * 8;
 }
 
-// KC, VC: the cache's key and value types (as decode_split_kernel's). kA: 16-row groups of query rows per pass (1, 2
-// or 4, decode_chunk_row_groups): a short chunk (n x HQ / H <= 16 or 32 rows, speculative decoding's few tokens)
-// computes only its rows' logits and P V, and only its tokens' columns of X = C U^T (n <= 16 kA).
+// N consecutive floats of shared memory (4 N-byte aligned) into registers: one LDS.32 / .64 / .128.
+template <int N>
+__device__ __forceinline__ void lds_vec(const float* p, float (&x)[N]) {
+  if constexpr (N == 4) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+  } else if constexpr (N == 2) {
+    const float2 v = *reinterpret_cast<const float2*>(p);
+    x[0] = v.x, x[1] = v.y;
+  } else {
+    static_assert(N == 1, "1, 2 or 4");
+    x[0] = *p;
+  }
+}
+
+// acc[a][c] = sum_k XT[k][ty kRA + a] YT[k][tx kCB + c]: a (16 kRA) x (16 kCB) block of X Y^T from transposed
+// operands, kRA x kCB per thread of a 16 x 16 grid (ty = tid / 16, tx = tid % 16).
+template <int K, int kRA, int kCB>
+__device__ __forceinline__ void tile_tt(const float* XT, int ldx, const float* YT, int ldy, float (&acc)[kRA][kCB]) {
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+#pragma unroll
+  for (int a = 0; a < kRA; ++a)
+#pragma unroll
+    for (int c = 0; c < kCB; ++c) acc[a][c] = 0.f;
+#pragma unroll 8
+  for (int k = 0; k < K; ++k) {
+    float x[kRA], y[kCB];
+    lds_vec<kRA>(XT + k * ldx + ty * kRA, x);
+    lds_vec<kCB>(YT + k * ldy + tx * kCB, y);
+#pragma unroll
+    for (int a = 0; a < kRA; ++a)
+#pragma unroll
+      for (int c = 0; c < kCB; ++c) acc[a][c] = fmaf(x[a], y[c], acc[a][c]);
+  }
+}
+
+// KC, VC: the cache's key and value types (as decode_split_kernel's). kA: query rows per thread and pass (1, 2 or 4:
+// 16 kA rows per pass, decode_chunk_row_groups), so that a short chunk (n x HQ / H <= 16 or 32 rows, speculative
+// decoding's few tokens) computes only its rows' logits and P V and only its tokens' columns of X = C U^T
+// (n <= 16 kA). Thread (ty, tx) holds query rows ty kA + a, cached rows (logits) 4 tx + c, output columns
+// 64 q + 4 tx + c, and in the carry cached rows 4 ty + a.
 template <typename T, int D, typename KC, typename VC, int kA>
 __global__ void __launch_bounds__(kDecodeChunkThreads) decode_chunk_split_kernel(const DecodeParams p) {
-  using namespace prep_detail;  // C = 64, LC, tile_nt
-  constexpr int LD = D + 1;
-  constexpr int kNB = D / 16;         // output columns per thread in P V: tx + 16 c
-  constexpr int kRows = 16 * kA;      // query rows per pass
+  constexpr int C = kChunk, LQ = kLQ, LV = D + 4;
+  constexpr int kNQ = D / 64;     // 64-column groups of the output (float4 per thread each)
+  constexpr int kRows = 16 * kA;  // query rows per pass
   constexpr float kLog2e = 1.4426950408889634f;
-  extern __shared__ float smem[];
-  float* sQ = smem;         // [C][LD] this pass's query rows (the first kRows): q^ scale log2(e) (base-2 logits)
-  float* sC = sQ + C * LD;  // [C][LD] a tile of cached keys (f32)
-  float* sV = sC + C * LD;  // [C][LD] their values
-  float* sU = sV + C * LD;  // [C][LD] the chunk's U
-  float* sW = sU + C * LD;  // [C][LD] and W
-  float* sP = sW + C * LD;  // [C][LC] probabilities (query row x cached row), then X = C U^T (cached row x token)
-  double* sG = reinterpret_cast<double*>(sP + C * LC);  // [C] G of each query row of the pass
+  extern __shared__ float smem[];  // 16-byte aligned (dynamic shared memory)
+  float* sQT = smem;           // [D][LQ] this pass's query rows, transposed: q^ scale log2(e) (base-2 logits)
+  float* sCT = sQT + D * LQ;   // [D][LQ] a tile of cached keys (f32), transposed
+  float* sUT = sCT + D * LQ;   // [D][LQ] the chunk's U, transposed
+  float* sV = sUT + D * LQ;    // [C][LV] the tile's values
+  float* sW = sV + C * LV;     // [C][LV] the chunk's W
+  float* sP = sW + C * LV;     // [C][LQ] P^T (cached row x query row), then X^T (token x cached row)
+  double* sG = reinterpret_cast<double*>(sP + C * LQ);  // [C] G of each query row of the pass
 
   const SplitBlock sb = decode_split_block<false>(p);
   if (!sb.ok) return;  // the combine kernel writes NaN
@@ -231,14 +273,15 @@ __global__ void __launch_bounds__(kDecodeChunkThreads) decode_chunk_split_kernel
   const bool gate = p.g != nullptr;
   const int64_t uw0 = (static_cast<int64_t>(b) * p.H + h) * C * D;
   for (int e = tid; e < C * D; e += kDecodeChunkThreads) {
-    sU[(e / D) * LD + e % D] = p.chunk_u[uw0 + e];
-    sW[(e / D) * LD + e % D] = p.chunk_w[uw0 + e];
+    const int i = e / D, d = e % D;
+    sUT[d * LQ + i] = p.chunk_u[uw0 + e];
+    sW[i * LV + d] = p.chunk_w[uw0 + e];
   }
   const int64_t ck0 = b * p.sck.b + h * p.sck.h, cv0 = b * p.scv.b + h * p.scv.h;
 
   for (int pass = 0; pass < passes; ++pass) {
     const bool carry = p.commit && pass == passes - 1;  // the last pass carries and stores the rows
-    __syncthreads();  // the previous pass's readers of sQ and sG are done
+    __syncthreads();  // the previous pass's readers of sQT and sG are done
     for (int e = tid; e < kRows * D; e += kDecodeChunkThreads) {
       const int r = e / D, d = e % D, qr = pass * kRows + r;
       float x = 0.f;
@@ -246,52 +289,55 @@ __global__ void __launch_bounds__(kDecodeChunkThreads) decode_chunk_split_kernel
         const int hq = h * p.group + qr / n, i = qr % n;
         x = p.chunk_q[((static_cast<int64_t>(b) * p.HQ + hq) * C + i) * D + d] * p.scale_log2;
       }
-      sQ[r * LD + d] = x;
+      sQT[d * LQ + r] = x;
     }
     if (gate)
       for (int r = tid; r < kRows; r += kDecodeChunkThreads) {
         const int qr = pass * kRows + r;
         sG[r] = qr < R ? p.chunk_g[(static_cast<int64_t>(b) * p.HQ + h * p.group + qr / n) * C + qr % n] : 0.0;
       }
-    // This thread's query rows ty + 16 a: running max (base 2), sum, and unnormalised o at columns tx + 16 c.
-    float m[kA], l[kA], o[kA][kNB];
+    // This thread's query rows ty kA + a: running max (base 2), sum, and unnormalised o at columns 64 q + 4 tx + c.
+    float m[kA], l[kA], o[kA][kNQ][4];
     int64_t goff[kA];
 #pragma unroll
     for (int a = 0; a < kA; ++a) {
       m[a] = -INFINITY;
       l[a] = 0.f;
 #pragma unroll
-      for (int c = 0; c < kNB; ++c) o[a][c] = 0.f;
-      const int qr = min(pass * kRows + ty + 16 * a, R - 1);
+      for (int q = 0; q < kNQ; ++q)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) o[a][q][c] = 0.f;
+      const int qr = min(pass * kRows + ty * kA + a, R - 1);
       goff[a] = b * p.scg.b + (h * p.group + qr / n) * p.scg.h;
     }
 
     for (int base = r0; base < r1; base += C) {  // uniform over the block
       const int nr = min(C, r1 - base);
-      __syncthreads();  // the previous tile's readers of sC, sV and sP are done (first: sQ, sG are published)
+      __syncthreads();  // the previous tile's readers of sCT, sV and sP are done (first: sQT, sG are published)
       for (int e = tid; e < C * (D / 4); e += kDecodeChunkThreads) {
-        const int r = e / (D / 4), d = 4 * (e % (D / 4));
+        const int j = e / (D / 4), d = 4 * (e % (D / 4));
         float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
-        if (r < nr) {
-          kv = cache_raw_to_float4<KC>(load_cache_raw4<KC>(p.ck, ck0 + static_cast<int64_t>(base + r) * p.sck.t + d));
-          vv = cache_raw_to_float4<VC>(load_cache_raw4<VC>(p.cv, cv0 + static_cast<int64_t>(base + r) * p.scv.t + d));
+        if (j < nr) {
+          kv = cache_raw_to_float4<KC>(load_cache_raw4<KC>(p.ck, ck0 + static_cast<int64_t>(base + j) * p.sck.t + d));
+          vv = cache_raw_to_float4<VC>(load_cache_raw4<VC>(p.cv, cv0 + static_cast<int64_t>(base + j) * p.scv.t + d));
         }
-        float* c = sC + r * LD + d;
-        float* v = sV + r * LD + d;
-        c[0] = kv.x, c[1] = kv.y, c[2] = kv.z, c[3] = kv.w;
-        v[0] = vv.x, v[1] = vv.y, v[2] = vv.z, v[3] = vv.w;
+        sCT[(d + 0) * LQ + j] = kv.x;
+        sCT[(d + 1) * LQ + j] = kv.y;
+        sCT[(d + 2) * LQ + j] = kv.z;
+        sCT[(d + 3) * LQ + j] = kv.w;
+        *reinterpret_cast<float4*>(sV + j * LV + d) = vv;
       }
       __syncthreads();
       {
         float acc[kA][4];
-        tile_nt<D, kA, 4>(sQ, LD, sC, LD, acc);  // logits of query rows ty + 16 a against cached rows tx + 16 c
+        tile_tt<D, kA, 4>(sQT, LQ, sCT, LQ, acc);  // logits: query rows ty kA + a, cached rows 4 tx + c
 #pragma unroll
         for (int a = 0; a < kA; ++a) {
-          const int r = ty + 16 * a;
+          const int r = ty * kA + a;
           float mt = -INFINITY;
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
-            const int j = tx + 16 * c;
+            const int j = 4 * tx + c;
             float s = acc[a][c];
             if (j >= nr)
               s = -INFINITY;
@@ -303,13 +349,13 @@ __global__ void __launch_bounds__(kDecodeChunkThreads) decode_chunk_split_kernel
           }
 #pragma unroll
           for (int off = 8; off > 0; off >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));  // 16 tx lanes
-          const float mn = fmaxf(m[a], mt);  // finite: column 0 of the tile is a cached row
+          const float mn = fmaxf(m[a], mt);  // finite: cached row 0 of the tile is a row
           const float corr = exp2f(m[a] - mn);
           float ps = 0.f;
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
             const float pr = exp2f(acc[a][c] - mn);
-            sP[r * LC + tx + 16 * c] = pr;
+            sP[(4 * tx + c) * LQ + r] = pr;
             ps += pr;
           }
 #pragma unroll
@@ -317,48 +363,76 @@ __global__ void __launch_bounds__(kDecodeChunkThreads) decode_chunk_split_kernel
           l[a] = l[a] * corr + ps;
           m[a] = mn;
 #pragma unroll
-          for (int c = 0; c < kNB; ++c) o[a][c] *= corr;
+          for (int q = 0; q < kNQ; ++q)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) o[a][q][c] *= corr;
         }
       }
       __syncthreads();
-      for (int j = 0; j < nr; ++j) {  // O += P V (this thread's rows ty + 16 a, columns tx + 16 c)
-        float pr[kA], vv[kNB];
+#pragma unroll 4
+      for (int j = 0; j < nr; ++j) {  // O += P V
+        float pr[kA];
+        lds_vec<kA>(sP + j * LQ + ty * kA, pr);
 #pragma unroll
-        for (int a = 0; a < kA; ++a) pr[a] = sP[(ty + 16 * a) * LC + j];
+        for (int q = 0; q < kNQ; ++q) {
+          float v[4];
+          lds_vec<4>(sV + j * LV + 64 * q + 4 * tx, v);
 #pragma unroll
-        for (int c = 0; c < kNB; ++c) vv[c] = sV[j * LD + tx + 16 * c];
+          for (int a = 0; a < kA; ++a)
 #pragma unroll
-        for (int a = 0; a < kA; ++a)
-#pragma unroll
-          for (int c = 0; c < kNB; ++c) o[a][c] = fmaf(pr[a], vv[c], o[a][c]);
+            for (int c = 0; c < 4; ++c) o[a][q][c] = fmaf(pr[a], v[c], o[a][q][c]);
+        }
       }
       if (carry) {
         __syncthreads();  // sP's readers are done
-        float x[4][kA];
-        tile_nt<D, 4, kA>(sC, LD, sU, LD, x);  // X = C U^T: cached row ty + 16 a, token tx + 16 c (n <= 16 kA)
+        {
+          float x[4][kA];
+          tile_tt<D, 4, kA>(sCT, LQ, sUT, LQ, x);  // X = C U^T: cached rows 4 ty + a, tokens tx kA + c (n <= 16 kA)
 #pragma unroll
-        for (int a = 0; a < 4; ++a)
+          for (int a = 0; a < 4; ++a)
 #pragma unroll
-          for (int c = 0; c < kA; ++c) sP[(ty + 16 * a) * LC + tx + 16 * c] = x[a][c];
+            for (int c = 0; c < kA; ++c) sP[(tx * kA + c) * LQ + 4 * ty + a] = x[a][c];
+        }
         __syncthreads();
-        for (int e = tid; e < nr * (D / 4); e += kDecodeChunkThreads) {  // C <- C - X W, stored (Eq. 43)
-          const int r = e / (D / 4), d = 4 * (e % (D / 4));
-          const float* cr = sC + r * LD + d;
-          float4 c = make_float4(cr[0], cr[1], cr[2], cr[3]);
-          for (int i = 0; i < n; ++i) {
-            const float xi = sP[r * LC + i];
-            const float* wr = sW + i * LD + d;
-            c = make_float4(fmaf(-xi, wr[0], c.x), fmaf(-xi, wr[1], c.y), fmaf(-xi, wr[2], c.z),
-                            fmaf(-xi, wr[3], c.w));
+        // C <- C - X W (Eq. 43): cached rows 4 ty + a, columns 64 q + 4 tx + c, stored.
+        float cn[4][kNQ][4];
+#pragma unroll
+        for (int q = 0; q < kNQ; ++q)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            float rows[4];
+            lds_vec<4>(sCT + (64 * q + 4 * tx + c) * LQ + 4 * ty, rows);
+#pragma unroll
+            for (int a = 0; a < 4; ++a) cn[a][q][c] = rows[a];
           }
-          store_cache4<KC>(p.ck, ck0 + static_cast<int64_t>(base + r) * p.sck.t + d, c);
+        for (int i = 0; i < n; ++i) {
+          float xr[4];
+          lds_vec<4>(sP + i * LQ + 4 * ty, xr);
+#pragma unroll
+          for (int q = 0; q < kNQ; ++q) {
+            float w[4];
+            lds_vec<4>(sW + i * LV + 64 * q + 4 * tx, w);
+#pragma unroll
+            for (int a = 0; a < 4; ++a)
+#pragma unroll
+              for (int c = 0; c < 4; ++c) cn[a][q][c] = fmaf(-xr[a], w[c], cn[a][q][c]);
+          }
+        }
+#pragma unroll
+        for (int a = 0; a < 4; ++a) {
+          const int j = 4 * ty + a;
+          if (j >= nr) continue;
+#pragma unroll
+          for (int q = 0; q < kNQ; ++q)
+            store_cache4<KC>(p.ck, ck0 + static_cast<int64_t>(base + j) * p.sck.t + 64 * q + 4 * tx,
+                             make_float4(cn[a][q][0], cn[a][q][1], cn[a][q][2], cn[a][q][3]));
         }
       }
     }
     // This pass's partials (an empty split: m = -inf, l = 0, o = 0).
 #pragma unroll
     for (int a = 0; a < kA; ++a) {
-      const int qr = pass * kRows + ty + 16 * a;
+      const int qr = pass * kRows + ty * kA + a;
       if (qr >= R) continue;
       const int64_t part = chunk_part(p, b, h * p.group + qr / n, qr % n, split);
       if (tx == 0) {
@@ -366,7 +440,9 @@ __global__ void __launch_bounds__(kDecodeChunkThreads) decode_chunk_split_kernel
         p.part_ml[part * 2 + 1] = l[a];
       }
 #pragma unroll
-      for (int c = 0; c < kNB; ++c) p.part_o[part * D + tx + 16 * c] = o[a][c];
+      for (int q = 0; q < kNQ; ++q)
+        *reinterpret_cast<float4*>(p.part_o + part * D + 64 * q + 4 * tx) =
+            make_float4(o[a][q][0], o[a][q][1], o[a][q][2], o[a][q][3]);
     }
   }
 }
