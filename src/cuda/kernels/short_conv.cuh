@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(kConvThreads) short_conv_w_bwd_kernel(ShortCon
 #pragma unroll
       for (int j = 0; j < kConvMaxK; ++j) {
         const int t = s + K - 1 - j;  // the output row that reads position s with tap j
-        if (j >= K || t < 0 || t >= p.T || start_s[t - t0] > s) continue;
+        if (j >= K || t < 0 || t >= p.T || (s >= 0 && start_s[t - t0] > s)) continue;  // s < 0: the state
         acc = fmaf(wt[j], dy_s[(t - t0) * D + d], acc);
       }
       if (s >= 0) {
