@@ -275,8 +275,8 @@ TEST(ShortConv, BadInputNamesTheArgument) {
   bad_cu = {0, 4, 8};
   v.cu_seqlens = make_view(bad_cu.data(), DType::i32, {3});
   expect_error(v, make_view(w.data(), DType::f64, {1, c.T, c.H, c.D}), "cu_seqlens[-1] must equal the packed length");
-  expect_error(in, make_view(w.data(), DType::f32, {c.B, c.T, c.H, c.D}), "w must have dtype float64");
-  expect_error(in, make_view(w.data(), DType::f64, {c.B, c.T, c.D, c.H}), "w must have shape");
+  expect_error(in, make_view(w.data(), DType::f32, {c.B, c.T, c.H, c.D}), "w (output) must have dtype float64");
+  expect_error(in, make_view(w.data(), DType::f64, {c.B, c.T, c.D, c.H}), "w (output) must have shape");
   expect_error(in, make_view(d.u.data(), DType::f64, {c.B, c.T, c.H, c.D}), "w (output) shares memory with u");
   try {
     short_conv_w_backward(in, wv, make_view(du.data(), DType::f64, {c.B, c.T, d.C()}),

@@ -210,16 +210,10 @@ Problem make_problem(const Inputs& in, bool check_values) {
     if (cu.device == Device::cpu) {
       const int32_t* c = static_cast<const int32_t*>(cu.data);
       const int64_t n = cu.sizes[0] - 1;
+      check_cu_seqlens(c, n, cu.strides[0], p.T, "");
       auto at = [&](int64_t i) { return static_cast<int64_t>(c[i * cu.strides[0]]); };
-      if (at(0) != 0) fail("cu_seqlens[0] must be 0, got " + std::to_string(at(0)));
-      for (int64_t i = 0; i < n; ++i) {
-        if (at(i + 1) < at(i))
-          fail("cu_seqlens must be non-decreasing, got cu_seqlens[" + std::to_string(i + 1) + "] = " +
-               std::to_string(at(i + 1)) + " < cu_seqlens[" + std::to_string(i) + "] = " + std::to_string(at(i)));
+      for (int64_t i = 0; i < n; ++i)
         if (at(i + 1) > at(i)) p.segments.push_back({0, at(i), at(i + 1) - at(i)});
-      }
-      if (at(n) != p.T)
-        fail("cu_seqlens[-1] must equal the packed length T = " + std::to_string(p.T) + ", got " + std::to_string(at(n)));
     }
   } else {
     for (int64_t b = 0; b < p.B; ++b)
@@ -234,8 +228,8 @@ Problem make_problem(const Inputs& in, bool check_values) {
   return p;
 }
 
-void check_output(const TensorView& t, const char* name, std::initializer_list<int64_t> sizes, DType dtype,
-                  const Problem& p, bool written) {
+void check_view(const TensorView& t, const char* name, std::initializer_list<int64_t> sizes, DType dtype, Device device,
+                int device_index, const char* device_of, bool written) {
   // Forward outputs and gradients are written; backward's o, lse and dout are read: name them accordingly.
   const std::string what = std::string(name) + (written ? " (output)" : " (backward input)");
   if (!t.defined()) fail(what + " is required but was not given");
@@ -243,16 +237,33 @@ void check_output(const TensorView& t, const char* name, std::initializer_list<i
   int i = 0;
   for (int64_t x : sizes) ok = ok && t.sizes[i++] == x;
   if (!ok) fail(what + " must have shape " + shape_str(sizes) + ", got " + shape_str(t));
-  // A broadcast view (torch's expand) as an output would have threads write the same elements.
-  for (int d = 0; written && d < t.ndim; ++d)
+  // A broadcast view (torch's expand) as an output would have threads write the same elements; an empty view has
+  // none (make_view gives it zero strides).
+  for (int d = 0; written && t.numel() > 0 && d < t.ndim; ++d)
     if (t.sizes[d] > 1 && t.strides[d] == 0)
       fail(what + " must not be a broadcast view: stride 0 in dimension " + std::to_string(d) + " of shape " +
            shape_str(t) + " makes its elements overlap");
   if (t.dtype != dtype) fail(what + " must have dtype " + dtype_name(dtype) + ", got " + dtype_name(t.dtype));
-  if (t.device != p.device || t.device_index != p.device_index)
-    fail(what + " must be on the device of q (" + device_str(p.device, p.device_index) + "), got " +
+  if (t.device != device || t.device_index != device_index)
+    fail(what + " must be on the device of " + device_of + " (" + device_str(device, device_index) + "), got " +
          device_str(t.device, t.device_index));
   check_pointer(t, name);
+}
+
+void check_cu_seqlens(const int32_t* c, int64_t n, int64_t stride, int64_t T, const char* T_of) {
+  auto at = [&](int64_t i) { return static_cast<int64_t>(c[i * stride]); };
+  if (at(0) != 0) fail("cu_seqlens[0] must be 0, got " + std::to_string(at(0)));
+  for (int64_t i = 0; i < n; ++i)
+    if (at(i + 1) < at(i))
+      fail("cu_seqlens must be non-decreasing, got cu_seqlens[" + std::to_string(i + 1) + "] = " +
+           std::to_string(at(i + 1)) + " < cu_seqlens[" + std::to_string(i) + "] = " + std::to_string(at(i)));
+  if (at(n) != T)
+    fail("cu_seqlens[-1] must equal the packed length T = " + std::to_string(T) + T_of + ", got " + std::to_string(at(n)));
+}
+
+void check_output(const TensorView& t, const char* name, std::initializer_list<int64_t> sizes, DType dtype,
+                  const Problem& p, bool written) {
+  check_view(t, name, sizes, dtype, p.device, p.device_index, "q", written);
 }
 
 namespace {

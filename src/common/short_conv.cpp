@@ -18,31 +18,16 @@ Backend resolve(const ConvProblem& p, Backend b) {
   return b;
 }
 
-// An output of the call: shape, dtype, device, not a broadcast view.
-void check_out(const TensorView& t, const char* name, const char* layout, std::initializer_list<int64_t> sizes,
-               DType dtype, const TensorView& u) {
-  if (!t.defined()) fail(std::string(name) + " (output) is required but was not given");
-  check_shape(t, name, layout, sizes);
-  check_dtype(t, name, {dtype});
-  check_same_device(t, name, u, "u");
-  for (int d = 0; d < t.ndim && t.numel() > 0; ++d)  // an empty view has no elements to overlap
-    if (t.sizes[d] > 1 && t.strides[d] == 0)
-      fail(std::string(name) + " (output) must not be a broadcast view: stride 0 in dimension " + std::to_string(d));
-  check_pointer(t, name);
+void check_out(const TensorView& t, const char* name, std::initializer_list<int64_t> sizes, DType dtype,
+               const TensorView& u) {
+  check_view(t, name, sizes, dtype, u.device, u.device_index, "u", true);
 }
 
 }  // namespace
 
 void set_seq_starts(ConvProblem& p, const int32_t* cu, int64_t n, int64_t stride) {
+  check_cu_seqlens(cu, n, stride, p.T, " (u.size(1))");
   auto at = [&](int64_t i) { return static_cast<int64_t>(cu[i * stride]); };
-  if (at(0) != 0) fail("cu_seqlens[0] must be 0, got " + std::to_string(at(0)));
-  for (int64_t i = 0; i < n; ++i)
-    if (at(i + 1) < at(i))
-      fail("cu_seqlens must be non-decreasing, got cu_seqlens[" + std::to_string(i + 1) + "] = " +
-           std::to_string(at(i + 1)) + " < cu_seqlens[" + std::to_string(i) + "] = " + std::to_string(at(i)));
-  if (at(n) != p.T)
-    fail("cu_seqlens[-1] must equal the packed length T = " + std::to_string(p.T) + " (u.size(1)), got " +
-         std::to_string(at(n)));
   p.seq_start.assign(static_cast<std::size_t>(p.T), 0);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t t = at(i); t < at(i + 1); ++t) p.seq_start[static_cast<std::size_t>(t)] = at(i);
@@ -110,7 +95,7 @@ ConvProblem make_conv_problem(const ShortConvW& in) {
 
 void short_conv_w(const ShortConvW& in, const TensorView& w, Backend backend) {
   ConvProblem p = make_conv_problem(in);
-  check_out(w, "w", "[B, T, H, D]", {p.B, p.T, p.H, p.D}, float_of(in.u.dtype), in.u);
+  check_out(w, "w", {p.B, p.T, p.H, p.D}, float_of(in.u.dtype), in.u);
   check_disjoint({{&w, "w"}}, {{&in.u, "u"}, {&in.weight, "weight"}, {&in.state, "state"}});
   if (resolve(p, backend) == Backend::cpu) return cpu::short_conv_w(p, in, w);
 #ifdef PATHATTN_WITH_CUDA
@@ -124,16 +109,12 @@ void short_conv_w_backward(const ShortConvW& in, const TensorView& dw, const Ten
                            const TensorView& dweight, const TensorView& dstate, Backend backend) {
   ConvProblem p = make_conv_problem(in);
   const DType f = float_of(in.u.dtype);
-  if (!dw.defined()) fail("dw (backward input) is required but was not given");
-  check_shape(dw, "dw", "[B, T, H, D]", {p.B, p.T, p.H, p.D});
-  check_dtype(dw, "dw", {f});
-  check_same_device(dw, "dw", in.u, "u");
-  check_pointer(dw, "dw");
-  check_out(du, "du", "[B, T, C]", {p.B, p.T, p.C}, in.u.dtype, in.u);
-  check_out(dweight, "dweight", "[C, K]", {p.C, p.K}, f, in.u);
+  check_view(dw, "dw", {p.B, p.T, p.H, p.D}, f, in.u.device, in.u.device_index, "u", false);
+  check_out(du, "du", {p.B, p.T, p.C}, in.u.dtype, in.u);
+  check_out(dweight, "dweight", {p.C, p.K}, f, in.u);
   if (dstate.defined()) {
     if (!p.has_state) fail("dstate was given but state was not (the gradient of an absent state)");
-    check_out(dstate, "dstate", "[B, K - 1, C]", {p.B, p.K - 1, p.C}, in.u.dtype, in.u);
+    check_out(dstate, "dstate", {p.B, p.K - 1, p.C}, in.u.dtype, in.u);
   }
   check_disjoint({{&du, "du"}, {&dweight, "dweight"}, {&dstate, "dstate"}},
                  {{&in.u, "u"}, {&in.weight, "weight"}, {&in.state, "state"}, {&dw, "dw"}});

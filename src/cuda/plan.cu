@@ -5,10 +5,21 @@
 #include <string>
 #include <utility>
 
+#include "common/checks.h"
 #include "common/env.h"
 #include "cuda/check.h"
 
 namespace pathattn::cuda {
+
+std::vector<int32_t> cu_seqlens_to_host(const TensorView& cu, cudaStream_t stream) {
+  const int64_t n = cu.sizes[0] - 1;
+  std::vector<int32_t> h(static_cast<std::size_t>((n * cu.strides[0]) + 1)), out(static_cast<std::size_t>(n + 1));
+  // On the caller's stream, after whatever produced cu_seqlens there.
+  CUDA_CHECK(cudaMemcpyAsync(h.data(), cu.data, h.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (int64_t i = 0; i <= n; ++i) out[static_cast<std::size_t>(i)] = h[static_cast<std::size_t>(i * cu.strides[0])];
+  return out;
+}
 
 std::vector<Segment> sequences(const Problem& p, const Inputs& in, void* stream_ptr) {
   if (!p.varlen) {
@@ -16,25 +27,12 @@ std::vector<Segment> sequences(const Problem& p, const Inputs& in, void* stream_
     for (int64_t b = 0; b < p.B; ++b) s.push_back({b, 0, p.T});
     return s;
   }
-  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  const TensorView& cu = in.cu_seqlens;
-  const int64_t n = cu.sizes[0] - 1;
-  std::vector<int32_t> h(static_cast<std::size_t>((n * cu.strides[0]) + 1));
-  // On the caller's stream, after whatever produced cu_seqlens there.
-  CUDA_CHECK(cudaMemcpyAsync(h.data(), cu.data, h.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  auto at = [&](int64_t i) { return static_cast<int64_t>(h[i * cu.strides[0]]); };
-  if (at(0) != 0) throw Error("pathattn: cu_seqlens[0] must be 0, got " + std::to_string(at(0)));
+  const std::vector<int32_t> h = cu_seqlens_to_host(in.cu_seqlens, static_cast<cudaStream_t>(stream_ptr));
+  const int64_t n = static_cast<int64_t>(h.size()) - 1;
+  check_cu_seqlens(h.data(), n, 1, p.T, "");
   std::vector<Segment> s;
-  for (int64_t i = 0; i < n; ++i) {
-    if (at(i + 1) < at(i))
-      throw Error("pathattn: cu_seqlens must be non-decreasing, got cu_seqlens[" + std::to_string(i + 1) + "] = " +
-                  std::to_string(at(i + 1)) + " < cu_seqlens[" + std::to_string(i) + "] = " + std::to_string(at(i)));
-    if (at(i + 1) > at(i)) s.push_back({0, at(i), at(i + 1) - at(i)});
-  }
-  if (at(n) != p.T)
-    throw Error("pathattn: cu_seqlens[-1] must equal the packed length T = " + std::to_string(p.T) + ", got " +
-                std::to_string(at(n)));
+  for (int64_t i = 0; i < n; ++i)
+    if (h[i + 1] > h[i]) s.push_back({0, h[i], h[i + 1] - h[i]});
   return s;
 }
 

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include <cuda_runtime.h>
+
 #include "common/problem.h"
 #include "cuda/decode_params.h"
 #include "cuda/params.h"
@@ -23,6 +25,8 @@ struct Plan {
   std::vector<int> bwd_tasks;     // [NC * H] (backward plans only)
 };
 
+// cu_seqlens' N + 1 values copied to the host on `stream` (which it synchronises), contiguous.
+std::vector<int32_t> cu_seqlens_to_host(const TensorView& cu, cudaStream_t stream);
 // Sequences as (b, t0, len): from the problem, or from cu_seqlens read back from the device (on `stream`).
 std::vector<Segment> sequences(const Problem& p, const Inputs& in, void* stream);
 

@@ -6,6 +6,7 @@
 #include "common/short_conv.h"
 #include "cuda/check.h"
 #include "cuda/kernels/short_conv.cuh"
+#include "cuda/plan.h"
 #include "cuda/workspace.h"
 
 namespace pathattn::cuda {
@@ -33,12 +34,8 @@ ShortConvParams make_params(const ConvProblem& pr, const ShortConvW& in) {
 void set_varlen(ShortConvParams& p, ConvProblem& pr, const ShortConvW& in, cudaStream_t stream) {
   if (!pr.varlen) return;
   const TensorView& cu = in.cu_seqlens;
-  const int64_t n = cu.sizes[0] - 1;
-  std::vector<int32_t> host(static_cast<std::size_t>(n + 1));
-  for (int64_t i = 0; i <= n; ++i)
-    CUDA_CHECK(cudaMemcpyAsync(&host[static_cast<std::size_t>(i)], static_cast<const int32_t*>(cu.data) + i * cu.strides[0],
-                               sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
+  const std::vector<int32_t> host = cu_seqlens_to_host(cu, stream);
+  const int64_t n = static_cast<int64_t>(host.size()) - 1;
   set_seq_starts(pr, host.data(), n, 1);
   p.cu = static_cast<const int32_t*>(cu.data);
   p.cu_stride = cu.strides[0];
