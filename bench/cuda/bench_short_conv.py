@@ -12,21 +12,12 @@ import torch.nn.functional as F
 
 import pathattn
 from pathattn.layer import ShortConvolution
+from bench_decode import time_us  # the sibling script's timer (this folder is on sys.path)
 
 
 def timed(fn, iters):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
+    """Median ms of fn over iters CUDA-event timings (bench_decode.py's timer)."""
+    return time_us(fn, iters, warmup=3) / 1e3
 
 
 def copy_bandwidth():
