@@ -208,8 +208,14 @@ if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ] || [ "$MODE" =
   note "gpu tests: $(grep -E 'tests passed|tests failed' "$OUT/tests.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
   grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess)" "$OUT/tests.log" | head -20 | tee -a "$SUMMARY"
   # The fused short convolution of w (kernels/short_conv.cuh): small cases, so both sanitizers run with the tests.
-  [ -x build-gpu/tests/cuda/test_cuda_short_conv ] &&
+  # Then its sliding-window kernels (PATHATTN_SHORT_CONV=window, opt-in until measured): the test and both sanitizers.
+  if [ -x build-gpu/tests/cuda/test_cuda_short_conv ]; then
     sanitize short_conv build-gpu/tests/cuda/test_cuda_short_conv 'CudaShortConv.*' 300
+    PATHATTN_SHORT_CONV=window build-gpu/tests/cuda/test_cuda_short_conv > "$OUT/tests_short_conv_window.log" 2>&1
+    note "test_cuda_short_conv, PATHATTN_SHORT_CONV=window: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_short_conv_window.log" | tr '\n' ' ')"
+    grep -E "Failure|want|Google Test trace|^/.*:[0-9]+: " "$OUT/tests_short_conv_window.log" | head -12 | tee -a "$SUMMARY"
+    PATHATTN_SHORT_CONV=window sanitize short_conv_window build-gpu/tests/cuda/test_cuda_short_conv 'CudaShortConv.*' 300
+  fi
   # Per-case errors (o / lse / kcache against the f64 reference and the low-precision baseline), one run.
   if [ "${SKIP_ERRLOG:-0}" != 1 ]; then
     build-gpu/tests/cuda/test_cuda_forward > "$OUT/errors.log" 2>&1 || true
@@ -586,10 +592,12 @@ if [ "$MODE" = torch ]; then
     fi
     # The layer's fused w path beside the torch composition it replaced (a few seconds).
     t0=$(date +%s)
-    PYTHONUNBUFFERED=1 PATHATTN_LIBRARY=$LIB PYTHONPATH=$ROOT/python timeout 120 python3 bench/cuda/bench_short_conv.py \
-      > "$OUT/short_conv_bench.log" 2>&1
-    note "bench_short_conv.py: rc=$? ($(( $(date +%s) - t0 )) s)"
-    tee -a "$SUMMARY" < "$OUT/short_conv_bench.log"
+    for sc in rows window; do  # PATHATTN_SHORT_CONV: the row-per-warp default, the sliding-window kernels
+      PYTHONUNBUFFERED=1 PATHATTN_SHORT_CONV=$sc PATHATTN_LIBRARY=$LIB PYTHONPATH=$ROOT/python timeout 120 \
+        python3 bench/cuda/bench_short_conv.py > "$OUT/short_conv_bench.log" 2>&1
+      note "bench_short_conv.py, PATHATTN_SHORT_CONV=$sc: rc=$? ($(( $(date +%s) - t0 )) s)"
+      tee -a "$SUMMARY" < "$OUT/short_conv_bench.log"
+    done
     if [ "${DECODE_BENCH:-0}" = 1 ]; then
       t0=$(date +%s)
       PYTHONUNBUFFERED=1 PATHATTN_LIBRARY=$LIB PYTHONPATH=$ROOT/python:$ROOT/third_party_fetched/fla \

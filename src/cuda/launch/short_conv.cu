@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "common/env.h"
 #include "common/short_conv.h"
 #include "cuda/check.h"
 #include "cuda/kernels/short_conv.cuh"
@@ -42,30 +43,38 @@ void set_varlen(ShortConvParams& p, ConvProblem& pr, const ShortConvW& in, cudaS
   p.num_seqs = static_cast<int>(n);
 }
 
-// The kernel instance (forward or backward) for u's and weight's dtypes and ceil(D / 32) channels per lane.
-template <bool kBwd, typename U, typename Wt, int NPL>
+// The kernel instance (forward or backward) for u's and weight's dtypes, ceil(D / 32) channels per lane, and the
+// sliding-window form (kWindow: D <= 128; at D = 256 its 128 window and tap registers per lane would spill).
+template <bool kBwd, typename U, typename Wt, int NPL, bool kWindow>
 void* kernel_of() {
-  return kBwd ? reinterpret_cast<void*>(short_conv_w_bwd_kernel<U, Wt, NPL>)
-              : reinterpret_cast<void*>(short_conv_w_fwd_kernel<U, Wt, NPL>);
+  return kBwd ? reinterpret_cast<void*>(short_conv_w_bwd_kernel<U, Wt, NPL, kWindow>)
+              : reinterpret_cast<void*>(short_conv_w_fwd_kernel<U, Wt, NPL, kWindow>);
 }
 template <bool kBwd, typename U, typename Wt>
-void* by_lanes(int D) {
-  if (D <= 32) return kernel_of<kBwd, U, Wt, 1>();
-  if (D <= 64) return kernel_of<kBwd, U, Wt, 2>();
-  if (D <= 128) return kernel_of<kBwd, U, Wt, 4>();
-  return kernel_of<kBwd, U, Wt, 8>();
+void* by_lanes(int D, bool window) {
+  if (D <= 32) return window ? kernel_of<kBwd, U, Wt, 1, true>() : kernel_of<kBwd, U, Wt, 1, false>();
+  if (D <= 64) return window ? kernel_of<kBwd, U, Wt, 2, true>() : kernel_of<kBwd, U, Wt, 2, false>();
+  if (D <= 128) return window ? kernel_of<kBwd, U, Wt, 4, true>() : kernel_of<kBwd, U, Wt, 4, false>();
+  return kernel_of<kBwd, U, Wt, 8, false>();
 }
 template <bool kBwd, typename U>
-void* by_weight(DType wt, int D) {
-  return wt == DType::f32 ? by_lanes<kBwd, U, float>(D) : by_lanes<kBwd, U, U>(D);
+void* by_weight(DType wt, int D, bool window) {
+  return wt == DType::f32 ? by_lanes<kBwd, U, float>(D, window) : by_lanes<kBwd, U, U>(D, window);
 }
 template <bool kBwd>
-void* pick(DType u, DType wt, int D) {
+void* pick(DType u, DType wt, int D, bool window) {
   switch (u) {
-    case DType::bf16: return by_weight<kBwd, __nv_bfloat16>(wt, D);
-    case DType::f16: return by_weight<kBwd, __half>(wt, D);
-    default: return by_lanes<kBwd, float, float>(D);
+    case DType::bf16: return by_weight<kBwd, __nv_bfloat16>(wt, D, window);
+    case DType::f16: return by_weight<kBwd, __half>(wt, D, window);
+    default: return by_lanes<kBwd, float, float>(D, window);
   }
+}
+
+// PATHATTN_SHORT_CONV=window: the sliding-window kernels (kernels/short_conv.cuh ConvWindow; written after the
+// device time was spent, so opt-in until measured: docs/perf/notes.md); rows (default): a row per warp.
+bool use_window(int D) {
+  static const bool on = env::choice("PATHATTN_SHORT_CONV", {"rows", "window"}, "rows") == "window";
+  return on && D <= 128;
 }
 
 void launch(void* kernel, dim3 grid, int smem, ShortConvParams& p, cudaStream_t stream, const char* name) {
@@ -86,8 +95,10 @@ void short_conv_w(const ConvProblem& pr_in, const ShortConvW& in, const TensorVi
   p.w = static_cast<float*>(w.data);
   p.w_b = w.strides[0], p.w_t = w.strides[1], p.w_h = w.strides[2], p.w_d = w.strides[3];
   if (pr.B == 0 || pr.T == 0) return;
-  const dim3 grid((p.T + kConvRowsFwd - 1) / kConvRowsFwd, p.H, p.B);
-  launch(pick<false>(in.u.dtype, in.weight.dtype, p.D), grid, 0, p, stream, "short_conv_w_fwd_kernel");
+  const bool window = use_window(p.D);
+  const int rows_per_cta = window ? kConvWarpRows * (kConvThreads / 32) : kConvRowsFwd;
+  const dim3 grid((p.T + rows_per_cta - 1) / rows_per_cta, p.H, p.B);
+  launch(pick<false>(in.u.dtype, in.weight.dtype, p.D, window), grid, 0, p, stream, "short_conv_w_fwd_kernel");
 }
 
 void short_conv_w_backward(const ConvProblem& pr_in, const ShortConvW& in, const TensorView& dw, const TensorView& du,
@@ -116,8 +127,8 @@ void short_conv_w_backward(const ConvProblem& pr_in, const ShortConvW& in, const
   p.partial = ws.ptr<float>(partial);
   // T = 0 still runs one tile per batch row: it writes dstate's zeros and zero partials.
   if (p.B > 0)
-    launch(pick<true>(in.u.dtype, in.weight.dtype, p.D), dim3(p.tiles, p.H, p.B), conv_bwd_smem_bytes(p.D, p.K), p,
-           stream, "short_conv_w_bwd_kernel");
+    launch(pick<true>(in.u.dtype, in.weight.dtype, p.D, use_window(p.D)), dim3(p.tiles, p.H, p.B),
+           conv_bwd_smem_bytes(p.D, p.K), p, stream, "short_conv_w_bwd_kernel");
   const int n = p.C * p.K;
   launch(reinterpret_cast<void*>(&short_conv_w_dweight_kernel), dim3((n + kConvThreads - 1) / kConvThreads), 0, p, stream,
          "short_conv_w_dweight_kernel");
