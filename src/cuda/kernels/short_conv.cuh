@@ -125,7 +125,8 @@ template <typename U, typename Wt, int NPL>
 struct ConvWindow {
   float x[NPL][kConvMaxK];    // x[i][m]: the input at position t - m for the lane's channel i
   float tap[NPL][kConvMaxK];  // tap[i][m] = weight[c, K - 1 - m], 0 for m >= K
-  // Before row t: the taps and the positions t - 1 .. t - K + 1 (step(t) loads t itself).
+  // Before row t: the taps, and the positions t - 1 .. t - K + 1 one slot early (x[i][m] = position t - 1 - m), so
+  // that step(t)'s shift puts them at t - 1 - m = t - (m + 1) and loads t itself into x[i][0].
   __device__ __forceinline__ void begin(const ShortConvParams& p, int b, int h, int t) {
     const int lane = threadIdx.x % 32;
 #pragma unroll
@@ -134,7 +135,7 @@ struct ConvWindow {
 #pragma unroll
       for (int m = 0; m < kConvMaxK; ++m) {
         tap[i][m] = d < p.D && m < p.K ? conv_weight<Wt>(p, c, p.K - 1 - m) : 0.f;
-        x[i][m] = d < p.D && m >= 1 && m < p.K ? conv_raw<U>(p, b, t - m, c) : 0.f;
+        x[i][m] = d < p.D && m < p.K - 1 ? conv_raw<U>(p, b, t - 1 - m, c) : 0.f;
       }
     }
   }
@@ -159,7 +160,7 @@ struct ConvWindow {
       float acc = 0.f;
 #pragma unroll
       for (int m = 0; m < kConvMaxK; ++m)
-        if (m <= lim) acc = fmaf(tap[i][m], x[i][m], acc);
+        if (m < p.K && m <= lim) acc = fmaf(tap[i][m], x[i][m], acc);
       y[i] = acc;
       a[i] = acc / (1.f + __expf(-acc));  // silu
       ss = fmaf(a[i], a[i], ss);
@@ -308,7 +309,7 @@ __global__ void __launch_bounds__(kConvThreads) short_conv_w_bwd_kernel(ShortCon
       float xw[kConvMaxK];
 #pragma unroll
       for (int m = 0; m < kConvMaxK; ++m)
-        xw[m] = m >= 1 && m < K && s_begin < s_end ? conv_raw<U>(p, b, s_begin - m, c) : 0.f;
+        xw[m] = m < K - 1 && s_begin < s_end ? conv_raw<U>(p, b, s_begin - 1 - m, c) : 0.f;  // as ConvWindow::begin
       for (int s = s_begin; s < min(s_begin + per, s_end); ++s) {
         du_of(s);
 #pragma unroll
