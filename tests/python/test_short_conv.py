@@ -79,21 +79,29 @@ def test_errors_name_the_argument():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-def test_cuda_matches_the_cpu_in_float64(dtype):
-    conv, u = make(B=3, T=150, H=4, D=64, K=4, dtype=torch.float32)
+@pytest.mark.parametrize("mode", ["plain", "state", "varlen"])
+def test_cuda_matches_the_cpu_in_float64(dtype, mode):
+    B, T = (1, 150) if mode == "varlen" else (3, 150)
+    conv, u = make(B=B, T=T, H=4, D=64, K=4, dtype=torch.float32)
     u = u.to(dtype)
     weight = conv.weight.detach()
-    dw = torch.randn(3, 150, 4, 64)
+    state = torch.randn(B, 3, 256).to(dtype) if mode == "state" else None
+    cu = torch.tensor([0, 1, 70, 71, 150], dtype=torch.int32) if mode == "varlen" else None
+    dw = torch.randn(B, T, 4, 64)
     ud = u.cuda().requires_grad_(True)
     wd = weight.cuda().requires_grad_(True)
-    w = pathattn.short_conv_w(ud, wd, 64)
+    sd = state.cuda().requires_grad_(True) if state is not None else None
+    w = pathattn.short_conv_w(ud, wd, 64, state=sd, cu_seqlens=cu.cuda() if cu is not None else None)
     w.backward(dw.cuda())
     u64 = u.double().requires_grad_(True)
     w64 = weight.double().requires_grad_(True)
-    ref = pathattn.short_conv_w(u64, w64, 64)
+    s64 = state.double().requires_grad_(True) if state is not None else None
+    ref = pathattn.short_conv_w(u64, w64, 64, state=s64, cu_seqlens=cu)
     ref.backward(dw.double())
     torch.testing.assert_close(w.double().cpu(), ref, rtol=0, atol=3e-5)
     ulp = {torch.bfloat16: 2 ** -7, torch.float16: 2 ** -10, torch.float32: 1e-5}[dtype]
-    scale = u64.grad.abs().max().item()
-    torch.testing.assert_close(ud.grad.double().cpu(), u64.grad, rtol=ulp, atol=2e-5 * scale)
+    torch.testing.assert_close(ud.grad.double().cpu(), u64.grad, rtol=ulp, atol=2e-5 * u64.grad.abs().max().item())
     torch.testing.assert_close(wd.grad.double().cpu(), w64.grad, rtol=0, atol=1e-4 * w64.grad.abs().max().item())
+    if state is not None:
+        torch.testing.assert_close(sd.grad.double().cpu(), s64.grad, rtol=ulp,
+                                   atol=2e-5 * s64.grad.abs().max().item())
