@@ -205,19 +205,27 @@ class PaTHAttention(nn.Module):
         # beta, g, w in f32 (docs/spec.md §6); on the CPU every input shares q's dtype (f32, or f64 for gradcheck).
         fdtype = x.dtype if x.device.type == "cpu" else torch.float32
         w = self.w_proj(x)  # [B, T, H * D]
-        if self.use_w_shortconv and cp_group is None:
-            # conv + SiLU + L2 norm fused (short_conv_w, docs/math.md Eq. 44-46), the state continuing a cache.
-            state = None
-            if cache is not None and cache.kv is not None:  # decoding: continue after the cached inputs
-                state = cache.conv
-                if commit:
-                    cache.conv = torch.cat([state, w], 1)[:, T:].detach()
-            elif cache is not None:  # prefill: keep the last K - 1 inputs (zeros before a short prompt)
-                cache.conv = F.pad(w, (0, 0, self.conv_size - 1, 0))[:, T:].detach()
-            w = short_conv_w(w, self.w_conv1d.weight, D, state=state, cu_seqlens=cu_seqlens).to(fdtype)
+        if self.use_w_shortconv:
+            # conv + SiLU + L2 norm fused (short_conv_w, docs/math.md Eq. 44-46), a state continuing a cache or,
+            # context parallel, each segment continuing after the previous one's last inputs (the halo's gradient
+            # returns through the op's dstate and the all-gather).
+            weight = self.w_conv1d.weight
+            if cp_group is not None:
+                def step(seg, halo):
+                    return short_conv_w(seg, weight, D, state=halo).flatten(2), None
+
+                w = conv_with_halo(step, w, self.conv_size - 1, cp_group, cp_layout).view(B, T, H, D)
+            else:
+                state = None
+                if cache is not None and cache.kv is not None:  # decoding: continue after the cached inputs
+                    state = cache.conv
+                    if commit:
+                        cache.conv = torch.cat([state, w], 1)[:, T:].detach()
+                elif cache is not None:  # prefill: keep the last K - 1 inputs (zeros before a short prompt)
+                    cache.conv = F.pad(w, (0, 0, self.conv_size - 1, 0))[:, T:].detach()
+                w = short_conv_w(w, weight, D, state=state, cu_seqlens=cu_seqlens)
+            w = w.to(fdtype)
         else:
-            if self.use_w_shortconv:  # context parallel: each segment continues after the previous one's last inputs
-                w = conv_with_halo(self.w_conv1d.step, w, self.conv_size - 1, cp_group, cp_layout)
             w = F.normalize(w.to(fdtype).view(B, T, H, D), p=2.0, dim=-1)  # [B, T, H, D], unit norm
         beta = 2.0 * torch.sigmoid(self.bt_proj(x).to(fdtype))  # [B, T, H] in (0, 2)
         if self.beta_max is not None:
