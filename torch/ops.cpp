@@ -45,6 +45,15 @@ void* kernel_stream(const Tensor& q) {
 // a call cut into head slices (Inputs::cuda_workspace_limit) asks once per slice, after queueing the previous
 // slice's work, which is all that uses the previous block; freeing it then lets the next slice reuse it in stream
 // order, so the peak is one slice's scratch, not the sum of all of them.
+std::function<void*(std::size_t)> torch_workspace(const Tensor& like, Tensor* keep) {
+  const auto options = like.options().dtype(at::kByte);
+  return [keep, options](std::size_t bytes) {
+    keep->reset();  // the previous block goes back first, so that this request can reuse it
+    *keep = at::empty({static_cast<int64_t>(bytes)}, options);
+    return keep->data_ptr();
+  };
+}
+
 Inputs make_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w, const Tensor& beta,
                    const opt<Tensor>& g, opt<double> scale, const opt<Tensor>& cu_seqlens,
                    Tensor* keep = nullptr) {
@@ -58,14 +67,7 @@ Inputs make_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   in.cu_seqlens = to_view(cu_seqlens, "cu_seqlens");
   if (scale.has_value()) in.scale = *scale;
   in.cuda_stream = kernel_stream(q);
-  if (keep && q.is_cuda()) {
-    const auto options = q.options().dtype(at::kByte);
-    in.cuda_workspace = [keep, options](std::size_t bytes) {
-      keep->reset();  // the previous block goes back first, so that this request can reuse it
-      *keep = at::empty({static_cast<int64_t>(bytes)}, options);
-      return keep->data_ptr();
-    };
-  }
+  if (keep && q.is_cuda()) in.cuda_workspace = torch_workspace(q, keep);
   return in;
 }
 
@@ -182,13 +184,7 @@ ShortConvW conv_inputs(const Tensor& u, const Tensor& weight, const opt<Tensor>&
   in.head_dim = head_dim;
   in.eps = eps;
   in.cuda_stream = kernel_stream(u);
-  if (u.is_cuda()) {
-    const auto options = u.options().dtype(at::kByte);
-    in.cuda_workspace = [keep, options](std::size_t bytes) {
-      *keep = at::empty({static_cast<int64_t>(bytes)}, options);
-      return keep->data_ptr();
-    };
-  }
+  if (u.is_cuda()) in.cuda_workspace = torch_workspace(u, keep);
   return in;
 }
 
