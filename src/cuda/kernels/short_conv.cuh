@@ -7,6 +7,8 @@
 //             output row's dy needs u's rows t - K + 1 .. t, recomputed as the forward does) into shared memory,
 //             then du and dstate from the tile's dy, and the tile's weight-gradient partial sums in a fixed order;
 //             a second kernel adds the partials over the tiles in tile order (the same bits on every run).
+// kWindow (PATHATTN_SHORT_CONV=window, D <= 128, not yet run on a GPU): a warp walks consecutive rows with the inputs
+// and taps in registers (ConvWindow), one new input per channel and row instead of K inputs and K taps.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -18,7 +20,7 @@ namespace pathattn::cuda {
 
 constexpr int kConvMaxK = 8;         // the largest kernel size (ConvProblem checks it)
 constexpr int kConvThreads = 256;    // both kernels
-constexpr int kConvRowsFwd = kConvThreads / 32;  // forward rows per CTA (one per warp)
+constexpr int kConvRowsFwd = kConvThreads / 32;  // forward rows per CTA (one per warp; kWindow: kConvWarpRows each)
 constexpr int kConvTile = 64;        // backward rows per CTA
 
 struct ShortConvParams {
