@@ -288,5 +288,34 @@ TEST(ShortConv, BadInputNamesTheArgument) {
   }
 }
 
+// The CUDA limits are argument errors, raised before any device work (so they are checked here without a GPU): a
+// view that claims to be on CUDA with head_dim > 256, K > 8, or float64.
+TEST(ShortConv, CudaLimitsAreNamedErrors) {
+  float dummy[1] = {0.f};
+  auto cuda_view = [&](DType dt, std::initializer_list<int64_t> sizes) {
+    TensorView v = make_view(dummy, dt, sizes, Device::cuda, 0);
+    return v;
+  };
+  auto expect_error = [](const ShortConvW& in, const TensorView& w, const std::string& needle) {
+    try {
+      short_conv_w(in, w);
+      ADD_FAILURE() << "no error; expected one naming " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  ShortConvW in;
+  in.u = cuda_view(DType::bf16, {1, 4, 512});
+  in.weight = cuda_view(DType::f32, {512, 4});
+  in.head_dim = 512;
+  expect_error(in, cuda_view(DType::f32, {1, 4, 1, 512}), "head_dim must be at most 256 on CUDA");
+  in.head_dim = 64;
+  in.weight = cuda_view(DType::f32, {512, 9});
+  expect_error(in, cuda_view(DType::f32, {1, 4, 8, 64}), "kernel size K must be at most 8 on CUDA");
+  in.u = cuda_view(DType::f64, {1, 4, 512});
+  in.weight = cuda_view(DType::f64, {512, 4});
+  expect_error(in, cuda_view(DType::f64, {1, 4, 8, 64}), "u must have dtype float32 or bfloat16 or float16");
+}
+
 }  // namespace
 }  // namespace pathattn::test
