@@ -82,5 +82,61 @@ TEST(CudaPlan, BackwardTasksCoverEveryChunkOnceInBlocks) {
     }
 }
 
+// The serial-pairs schedule (api.cu): with pair_group = 1, bwd_pair_starts cuts the task list into one run per
+// (sequence, head) pair, each run that pair's blocks only and all of them (from the last to the first, as above);
+// with pair_group > 1 the pairs interleave and there are no runs.
+TEST(CudaPlan, BackwardPairStartsCutTheListIntoOneRunPerPair) {
+  const std::vector<Segment> segs = {{0, 0, 1}, {0, 1, 64}, {0, 65, 65}, {0, 130, 300}, {0, 430, 192}};
+  const int H = 3;
+  for (int kb : {1, 2}) {
+    const Plan pl = make_plan(segs, H, true, 1, kb);
+    ASSERT_EQ(pl.bwd_pair_starts.size(), segs.size() * H + 1);
+    EXPECT_EQ(pl.bwd_pair_starts.front(), 0);
+    EXPECT_EQ(pl.bwd_pair_starts.back(), static_cast<int>(pl.bwd_tasks.size()));
+    std::map<std::pair<int, int>, int> runs;  // (sequence first chunk, head) -> runs holding its blocks
+    for (std::size_t k = 0; k + 1 < pl.bwd_pair_starts.size(); ++k) {
+      const int i0 = pl.bwd_pair_starts[k], i1 = pl.bwd_pair_starts[k + 1];
+      ASSERT_LT(i0, i1) << "pair " << k << " has no tasks";
+      const int first = pl.chunks[pl.bwd_tasks[i0] / H].first, h = pl.bwd_tasks[i0] % H;
+      const SeqInfo* seq = nullptr;
+      for (const SeqInfo& si : pl.seqs)
+        if (si.first == first) seq = &si;
+      ASSERT_NE(seq, nullptr);
+      EXPECT_EQ(i1 - i0, (seq->count + kb - 1) / kb) << "pair " << k << ": every block of its sequence";
+      for (int i = i0; i < i1; ++i) {
+        EXPECT_EQ(pl.chunks[pl.bwd_tasks[i] / H].first, first) << "pair " << k << " holds another sequence's block";
+        EXPECT_EQ(pl.bwd_tasks[i] % H, h) << "pair " << k << " holds another head's block";
+      }
+      ++runs[{first, h}];
+    }
+    EXPECT_EQ(runs.size(), segs.size() * H);
+    for (const auto& [pair, n] : runs) EXPECT_EQ(n, 1) << "sequence at chunk " << pair.first << " head " << pair.second;
+    EXPECT_TRUE(make_plan(segs, H, true, 3, kb).bwd_pair_starts.empty());
+  }
+}
+
+// serial_pair_balance: equal pairs over the CTAs give pairs / (waves x CTAs); unequal ones, handed out longest
+// first to the CTA that frees first, the list-scheduling makespan.
+TEST(CudaPlan, SerialPairBalance) {
+  auto batch = [](int B, int64_t T) {
+    std::vector<Segment> s;
+    for (int b = 0; b < B; ++b) s.push_back({b, 0, T});
+    return s;
+  };
+  // 8 x 4096 at H 12 (the training step's shape): 96 equal pairs on 132 CTAs, one partial wave.
+  EXPECT_NEAR(serial_pair_balance(make_plan(batch(8, 4096), 12, true, 1, 2), 12, kH200Sms), 96.0 / 132, 1e-12);
+  // 32 x 4096 at H 32: 1024 pairs, 8 waves of which the last holds 100 of 132.
+  EXPECT_NEAR(serial_pair_balance(make_plan(batch(32, 4096), 32, true, 1, 2), 32, kH200Sms), 1024.0 / (8 * 132), 1e-12);
+  // As many CTAs as pairs, or one CTA: even.
+  EXPECT_NEAR(serial_pair_balance(make_plan(batch(4, 1000), 2, true, 1, 1), 2, 8), 1.0, 1e-12);
+  EXPECT_NEAR(serial_pair_balance(make_plan(batch(4, 1000), 2, true, 1, 1), 2, 1), 1.0, 1e-12);
+  // Unequal: one sequence of 4 chunks (work 4 + 3 + 2 + 1 = 10 with kb 1) and four of 1 chunk (1 each), on 2 CTAs:
+  // the long pair goes first to CTA 0 (10), the short ones to CTA 1 (4): total 14 over 2 x 10.
+  const std::vector<Segment> uneven = {{0, 0, 256}, {0, 256, 1}, {0, 257, 64}, {0, 321, 5}, {0, 326, 64}};
+  EXPECT_NEAR(serial_pair_balance(make_plan(uneven, 1, true, 1, 1), 1, 2), 14.0 / 20, 1e-12);
+  // kb 2: the blocks at chunks 0 and 2 visit 4 and 2 chunks: 6, and 4 x 1: CTA 0 6, CTA 1 4: 10 / 12.
+  EXPECT_NEAR(serial_pair_balance(make_plan(uneven, 1, true, 1, 2), 1, 2), 10.0 / 12, 1e-12);
+}
+
 }  // namespace
 }  // namespace pathattn::cuda
