@@ -38,9 +38,6 @@
 #          test_cuda_forward, memcheck on its D = 128 cases, racecheck on a few small ones, with each; bench_fwd
 #          --only 128 with the older mma.sync kernel (PATHATTN_FWD128=mma), twoe and the default
 #   model: only the model's bench_step
-#   serial: the deterministic backward's serial-pairs schedule against the ordered turns (api.cu serial_pairs):
-#          the determinism tests, sanitizers with serial pairs forced, bench_fwd --bwd with each (SERIAL_ARGS, default
-#          --only 64) and at the training step's shape
 #   pair:  the D = 64 main backward kernel (kernels/bwd_main_pair.cuh): test_cuda_backward (the T = 16384 case too),
 #          its case table in the fast mode too (PATHATTN_TEST_BWD_FAST=1), memcheck + racecheck on small cases in both
 #          modes, then bench_fwd --bwd --only 64 with stage times for the mma.sync kernel (PATHATTN_BWD_MAIN=mma) and
@@ -430,26 +427,6 @@ if [ "$MODE" = ncu ]; then
   grep -E "^  [a-z_]+.*\(|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Warp Cycles Per Issued|Issued Ipc|No Eligible|Stall|Shared Memory Configuration|Dynamic Shared" "$OUT/ncu.txt" | head -120 | tee -a "$SUMMARY"
 fi
 
-# serial: the deterministic backward's two schedules (api.cu serial_pairs): the determinism tests (serial pairs
-# against the turns bit for bit), memcheck + racecheck on the small cases with serial pairs forced, then bench_fwd
-# --bwd with stage times with the turns (PATHATTN_BWD_SERIAL=0), serial pairs (1) and the default choice, at the
-# default shapes (SERIAL_ARGS, default --only 64) and at the training step's (8 x 4096, H 12, D 64).
-if [ "$MODE" = serial ]; then
-  tests_bwd serial --gtest_filter='CudaBackwardDeterminism.*'
-  grep -E "serial pairs|differs" "$OUT/errors_bwd_serial.log" | head -12 | tee -a "$SUMMARY"
-  PATHATTN_BWD_SERIAL=1 sanitize serial build-gpu/tests/cuda/test_cuda_backward "$SMALL_BWD64" 300
-  for v in 0 1 ""; do
-    PATHATTN_BWD_SERIAL=$v PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --iters 5 ${SERIAL_ARGS:---only 64} \
-      > "$OUT/bench_serial_$v.log" 2>&1
-    note "bench_fwd --bwd ${SERIAL_ARGS:---only 64}, PATHATTN_BWD_SERIAL=${v:-default}: rc=$?"
-    grep -E '^ +B|^ +[0-9]' "$OUT/bench_serial_$v.log" | tee -a "$SUMMARY"
-    python3 tools/bench_stages.py "$OUT/bench_serial_$v.log" | tee -a "$SUMMARY"
-    PATHATTN_BWD_SERIAL=$v PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --iters 5 --shape 8,4096,12,64 \
-      > "$OUT/bench_serial_step_$v.log" 2>&1
-    note "  8 x 4096, H 12: $(grep -E '^ +[0-9]' "$OUT/bench_serial_step_$v.log" | tail -1)"
-    python3 tools/bench_stages.py "$OUT/bench_serial_step_$v.log" | tee -a "$SUMMARY"
-  done
-fi
 if [ "$MODE" = pair ]; then
   tests_bwd pair
   PATHATTN_TEST_BWD_FAST=1 tests_bwd pair_fast --gtest_filter=-Long/*

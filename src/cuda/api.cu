@@ -225,7 +225,7 @@ namespace {
 struct BwdBuffers {
   SharedBuffers shared;
   int tasks, qhat, lse2, delta, dqacc, dkacc, dvacc, dpacc, dgacc, dgrow;
-  int count_q, count_p, next_task, pair_starts, dohat, slots, local;
+  int count_q, count_p, next_task, dohat, slots, local;
 };
 
 BwdBuffers declare_backward(Workspace& ws, const Problem& p, const Plan& plan, const BwdGrid& grid) {
@@ -247,9 +247,6 @@ BwdBuffers declare_backward(Workspace& ws, const Problem& p, const Plan& plan, c
   b.count_q = ws.add("count_q", static_cast<std::size_t>(NC) * p.HQ * 4);
   b.count_p = ws.add("count_p", static_cast<std::size_t>(NC) * p.H * 4);
   b.next_task = ws.add("next_task", 4);
-  // (sized for every plan of these sequences, so that the scratch estimate of api.cu's head slices holds for both
-  // schedules)
-  b.pair_starts = ws.add("bwd pair starts", (plan.seqs.size() * static_cast<std::size_t>(p.H) + 1) * sizeof(int));
   b.dohat = main_reads_dohat(grid) ? ws.add("dohat", q_rows * D * 2) : -1;
   b.slots = ws.add("slots", static_cast<std::size_t>(main_slots(grid)) * plan.max_chunks * kChunk * D * 2);
   b.local = ws.add("local scratch", static_cast<std::size_t>(grid.local_ctas) * kLocalTiles * kChunk * D * 4);
@@ -258,42 +255,23 @@ BwdBuffers declare_backward(Workspace& ws, const Problem& p, const Plan& plan, c
 
 // The launch grid of a backward over p's heads with this plan: `resident` (backward_grid: the CTAs that fit the
 // device, the same for every slice of a call) capped by the plan's tasks.
-BwdGrid grid_for(const BwdGrid& resident, const Problem& p, const Plan& plan, bool serial = false) {
+BwdGrid grid_for(const BwdGrid& resident, const Problem& p, const Plan& plan) {
   BwdGrid grid = resident;
-  grid.main_ctas = std::min(grid.main_ctas, static_cast<int>(serial ? plan.bwd_pair_starts.size() - 1 : plan.bwd_tasks.size()));
+  grid.main_ctas = std::min(grid.main_ctas, static_cast<int>(plan.bwd_tasks.size()));
   grid.local_ctas = std::min(grid.local_ctas, static_cast<int>(plan.chunks.size() * p.H));
   return grid;
 }
 
 // One backward call over all of p's heads (a slice of the caller's, see backward()).
-// The deterministic backward's schedule: ordered turns over a task list that interleaves pair_group pairs
-// (kernels/bwd_main_pair.cuh), or serial pairs (plan.h serial_pair_balance: the same sums in the same order, no
-// turns, one CTA per pair). The turns cost the deterministic main kernel ~1.6x the fast mode's time (docs/perf/
-// notes.md: 56.2 vs 35.0 ms at 32 x 4096, 224.6 vs 142.0 at 8 x 16384, H 32, D 64, H200); serial pairs cost the
-// idle CTAs of an uneven split of whole pairs, so they run where the pairs balance to at least kSerialMinBalance.
-// PATHATTN_BWD_SERIAL = 0 / 1 forces the turns / serial pairs (for measuring; tests compare the two bit for bit).
-constexpr double kSerialMinBalance = 0.7;
-// plan1: the plan with pair_group = 1.
-bool serial_pairs(const Problem& p, const Plan& plan1, const BwdGrid& resident, bool deterministic) {
-  if (!deterministic) return false;
-  const int64_t forced = env::integer("PATHATTN_BWD_SERIAL", -1, -1, 1);
-  if (forced >= 0) return forced == 1;
-  // Against the CTAs the turns would run on (one per task up to the resident ones), not the pairs' count.
-  return serial_pair_balance(plan1, static_cast<int>(p.H), grid_for(resident, p, plan1).main_ctas) >= kSerialMinBalance;
-}
-
 void backward_heads(const Problem& p, const Inputs& in, const TensorView& o, const TensorView& lse,
                     const TensorView& dout, const TensorView& dlse, const Gradients& grads,
                     const std::vector<Segment>& segs, int pair_group, const BwdGrid& resident, cudaStream_t stream) {
-  const int key_block = resident.pair_main ? 2 : 1;
-  Plan plan = make_plan(segs, static_cast<int>(p.H), true, 1, key_block);
-  const bool serial = serial_pairs(p, plan, resident, in.deterministic);
-  if (!serial && pair_group != 1) plan = make_plan(segs, static_cast<int>(p.H), true, pair_group, key_block);
+  const Plan plan = make_plan(segs, static_cast<int>(p.H), true, pair_group, resident.pair_main ? 2 : 1);
   const int NC = static_cast<int>(plan.chunks.size());
   if (NC == 0) return;
   check_32bit(p, NC, "backward");
   const int D = static_cast<int>(p.D);
-  const BwdGrid grid = grid_for(resident, p, plan, serial);
+  const BwdGrid grid = grid_for(resident, p, plan);
   if (static_cast<int64_t>(main_slots(grid)) * plan.max_chunks * kChunk > INT32_MAX)
     throw Error("pathattn: cuda backward: " + std::to_string(main_slots(grid)) + " slots x " +
                 std::to_string(plan.max_chunks * kChunk) + " rows exceed the kernels' 32-bit coordinates (2^31 - 1)");
@@ -305,7 +283,6 @@ void backward_heads(const Problem& p, const Inputs& in, const TensorView& o, con
   BwdParams prm{};
   fill_shared(prm, ws, b.shared, p, in, plan, o, lse, stream);
   ws.upload(b.tasks, plan.bwd_tasks.data(), plan.bwd_tasks.size() * sizeof(int), stream);
-  if (serial) ws.upload(b.pair_starts, plan.bwd_pair_starts.data(), plan.bwd_pair_starts.size() * sizeof(int), stream);
   for (int zeroed : {b.dqacc, b.dpacc, b.count_q, b.count_p, b.next_task}) ws.zero(zeroed, stream);
   if (p.has_gate) ws.zero(b.dgrow, stream);
   prm.dout = dout.data;
@@ -340,12 +317,10 @@ void backward_heads(const Problem& p, const Inputs& in, const TensorView& o, con
   prm.next_task = ws.ptr<int>(b.next_task);
   prm.tasks = ws.ptr<const int>(b.tasks);
   prm.num_tasks = static_cast<int>(plan.bwd_tasks.size());
-  prm.pair_starts = serial ? ws.ptr<const int>(b.pair_starts) : nullptr;
-  prm.num_pairs = serial ? static_cast<int>(plan.bwd_pair_starts.size()) - 1 : 0;
   prm.slots = ws.ptr<void>(b.slots);
   prm.slot_chunks = plan.max_chunks;
   prm.local_scratch = ws.ptr<float>(b.local);
-  prm.deterministic = in.deterministic && !serial;  // serial pairs order the sums without the turn instances
+  prm.deterministic = in.deterministic;
   prm.timing_skip = static_cast<int>(env::integer("PATHATTN_BWD_TIMING_SKIP", 0, 0, 511));  // params.h's bits
   run_backward(prm, grid, p.dtype, D, p.has_gate, stream);
 }

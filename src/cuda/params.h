@@ -108,22 +108,16 @@ struct BwdParams : FwdParams {
   // Ordering of the cross-block sums (deterministic mode): how many key chunks have added to a chunk's dQ^ / dP.
   int* count_q;         // [NC, HQ]
   int* count_p;         // [NC, H]
-  int* next_task;       // [1]  the main kernel's task counter (tasks are taken in list order), or with pair_starts
-                        //      its pair counter
+  int* next_task;       // [1]  the main kernel's task counter (tasks are taken in list order)
   const int* tasks;     // [num_tasks] (chunk * H + h), key chunks in an order where every task's predecessor
                         // in the summation order comes earlier (plan.cu)
   int num_tasks;
-  // The serial-pairs schedule (api.cu, deterministic mode): non-null, a CTA takes pair k whole and runs tasks
-  // [pair_starts[k], pair_starts[k + 1]) in order, with the kernels' unordered instances (no turns): every sum is
-  // then added in the turns' order by one CTA (bwd_tiles.cuh take_task).
-  const int* pair_starts;  // [num_pairs + 1] or null
-  int num_pairs;
   // Per resident main-kernel CTA: the key chunk carried to every later chunk start, K~_{c,m} (Eq. 18).
   void* slots;          // [num_slots, max_chunks_per_seq, C, D]
   int slot_chunks;      // max chunks of a sequence (the slot's capacity in chunks)
   // Per resident chunk-local CTA: f32 scratch tiles (kernels/bwd_local.cuh).
   float* local_scratch; // [num_local_slots, kLocalTiles, C, D]
-  bool deterministic;   // the kernels' ordered-turn instances (kDet); false in the fast mode and with pair_starts
+  bool deterministic;
   // Timing experiments only (wrong gradients; env PATHATTN_BWD_TIMING_SKIP, api.cu): bits that make the wgmma main
   // kernel leave a stage out, so that its cost is the time difference (docs/perf/notes.md). 1: the dQ^ atomics,
   // 2: the dP atomics, 4: phase 1's products, 8: the dQ^ product and its atomics; and the chunk-local kernel:

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <functional>
-#include <queue>
 #include <string>
 #include <utility>
 
@@ -85,7 +83,6 @@ Plan make_plan(const std::vector<Segment>& segs, int H, bool backward, int pair_
     const int kb = std::max(key_block, 1);
     auto blocks = [&](const SeqInfo& s) { return (s.count + kb - 1) / kb; };
     for (std::size_t p0 = 0; p0 < pairs.size(); p0 += g) {
-      if (g == 1) pl.bwd_pair_starts.push_back(static_cast<int>(pl.bwd_tasks.size()));
       const std::size_t p1 = std::min(pairs.size(), p0 + g);
       int ranks = 0;
       for (std::size_t i = p0; i < p1; ++i) ranks = std::max(ranks, blocks(pl.seqs[pairs[i].first]));
@@ -95,31 +92,8 @@ Plan make_plan(const std::vector<Segment>& segs, int H, bool backward, int pair_
           if (r < blocks(s)) pl.bwd_tasks.push_back((s.first + kb * (blocks(s) - 1 - r)) * H + pairs[i].second);
         }
     }
-    if (g == 1) pl.bwd_pair_starts.push_back(static_cast<int>(pl.bwd_tasks.size()));
   }
   return pl;
-}
-
-double serial_pair_balance(const Plan& plan, int H, int ctas) {
-  const std::size_t pairs = plan.bwd_pair_starts.empty() ? 0 : plan.bwd_pair_starts.size() - 1;
-  if (pairs == 0 || ctas <= 0) return 1.0;
-  // Min-heap of the CTAs' finishing times (a CTA's load is the work of the pairs it took so far).
-  std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;
-  for (int i = 0; i < ctas; ++i) free_at.push(0.0);
-  double total = 0.0, makespan = 0.0;
-  for (std::size_t k = 0; k < pairs; ++k) {
-    double work = 0.0;
-    for (int i = plan.bwd_pair_starts[k]; i < plan.bwd_pair_starts[k + 1]; ++i) {
-      const int c0 = plan.bwd_tasks[static_cast<std::size_t>(i)] / H;  // the block's first chunk
-      work += plan.chunks[static_cast<std::size_t>(c0)].last - c0 + 1;
-    }
-    total += work;
-    const double done = free_at.top() + work;
-    free_at.pop();
-    free_at.push(done);
-    makespan = std::max(makespan, done);
-  }
-  return makespan > 0.0 ? total / (static_cast<double>(ctas) * makespan) : 1.0;
 }
 
 int decode_splits(int64_t B, int64_t H, int64_t Tmax, int sms, int blocks_per_sm) {

@@ -23,9 +23,6 @@ struct Plan {
   // Backward main kernel: key-chunk tasks (chunk * H + h; with key blocks, the block's first chunk) in the order CTAs
   // take them.
   std::vector<int> bwd_tasks;     // [NC * H] (backward plans only)
-  // With pair_group = 1 each (sequence, head) pair's tasks are consecutive in bwd_tasks: pair k's are
-  // [bwd_pair_starts[k], bwd_pair_starts[k + 1]) (the serial-pairs schedule, api.cu). Empty for pair_group > 1.
-  std::vector<int> bwd_pair_starts;  // [pairs + 1]
 };
 
 // cu_seqlens' N + 1 values copied to the host on `stream` (which it synchronises), contiguous.
@@ -45,15 +42,6 @@ Plan make_plan(const std::vector<Segment>& segs, int H, bool backward, int pair_
 inline int bwd_pair_group(int64_t rows) {
   return static_cast<int>(std::clamp<int64_t>(16384 / std::max<int64_t>(rows, 1), 1, 8));
 }
-
-// The serial-pairs schedule of the deterministic backward (api.cu): each main-kernel CTA takes a whole (sequence,
-// head) pair and runs its tasks in list order, so that every cross-block sum is added in the turns' order with no
-// turns. Its cost is the balance of whole pairs over `ctas` CTAs: the fraction of the CTAs' time spent working when
-// each pair goes, in list order, to the CTA that frees first (as the kernel's task counter hands them out), a pair's
-// work counted as its tasks' query chunks (a key block visits every later chunk of its sequence). 1 = even; e.g.
-// 96 equal pairs on 132 CTAs 0.73, 1024 on 132 0.97.
-// Needs a plan with bwd_pair_starts (pair_group = 1).
-double serial_pair_balance(const Plan& plan, int H, int ctas);
 
 // Decode: blocks per (sequence, kv head) of the split kernel (kernels/decode.cuh), from sizes the host knows (the
 // cache's lengths live on the device and split evenly inside the kernel): enough blocks for four waves over `sms`

@@ -3,8 +3,7 @@
 // cases) into NaN-poisoned outputs between guard bands. The yardstick is the low-precision recurrence of
 // tests/recurrence.h; the oracle is Backend::reference, or for T > kLongT (where the reference's O(T^2 D) memory is
 // out of reach) the checkpointed f64 recurrence, which test_recurrence proves equal to it.
-// Also: bit-identical repeats with deterministic = true, the same bits from its two schedules (turns, serial
-// pairs), the rule with deterministic = false, DV != D refused, and
+// Also: bit-identical repeats with deterministic = true, the rule with deterministic = false, DV != D refused, and
 // the CUDA-free bf16 / f16 rounding of the baselines against the CUDA conversions (runs without a GPU).
 // Label gpu: run by tools/gpu_check.sh. The T = 16384 case is instantiated as Long/...: --gtest_filter=-Long/* skips it.
 #include <cuda_runtime.h>
@@ -223,36 +222,6 @@ TEST(CudaBackwardDeterminism, BitwiseRepeatable) {
           << gs.name() << ": " << std::get<0>(la[i]) << " differs between two deterministic calls";
     std::printf("%s, deterministic = false\n", c.gs.name().c_str());
     check_gradients(nd, f64_oracle(c.P, c.og, false), c.baseline());
-  }
-}
-
-// The deterministic mode's two schedules (api.cu serial_pairs): ordered turns, and serial pairs (one CTA runs a
-// whole (sequence, kv head) pair's key blocks in list order, the kernels' instances without turns) add every sum in
-// the same order, so they give the same bits; and both the rule. PATHATTN_BWD_SERIAL forces each. D = 64 and 128
-// (each main kernel), GQA, the gate, B > 1; and a varlen batch whose pairs differ in length (a length-1 sequence,
-// one sequence of one chunk, long ones), so that CTAs take pairs of different sizes.
-TEST(CudaBackwardDeterminism, SerialPairsSameBitsAsTurns) {
-  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
-  for (const GpuSpec& gs :
-       {GpuSpec{{.B = 2, .T = 1000, .H = 2, .HQ = 8, .D = 64, .DV = 64, .gate = true, .seed = 41}, DType::bf16},
-        GpuSpec{{.B = 2, .T = 700, .H = 2, .HQ = 4, .D = 128, .DV = 128, .gate = true, .seed = 42}, DType::f16},
-        GpuSpec{{.B = 1, .T = 1300, .H = 3, .HQ = 3, .D = 64, .DV = 64, .seqlens = {1, 700, 64, 535}, .seed = 43},
-                DType::bf16}}) {
-    CudaCase c(gs);
-    ASSERT_NO_THROW(c.forward());
-    DevGrads turns(c.gs), serial(c.gs);
-    ::setenv("PATHATTN_BWD_SERIAL", "0", 1);
-    ASSERT_NO_THROW(c.backward(turns, true));
-    ::setenv("PATHATTN_BWD_SERIAL", "1", 1);
-    ASSERT_NO_THROW(c.backward(serial, true));
-    ::unsetenv("PATHATTN_BWD_SERIAL");
-    TEST_CUDA(cudaDeviceSynchronize());
-    const auto lt = turns.list(), ls = serial.list();
-    for (size_t i = 0; i < lt.size(); ++i)
-      EXPECT_TRUE(std::get<1>(lt[i])->buf.download<uint8_t>() == std::get<1>(ls[i])->buf.download<uint8_t>())
-          << gs.name() << ": " << std::get<0>(lt[i]) << " differs between the turns and serial pairs";
-    std::printf("%s, serial pairs\n", c.gs.name().c_str());
-    check_gradients(serial, f64_oracle(c.P, c.og, false), c.baseline());
   }
 }
 

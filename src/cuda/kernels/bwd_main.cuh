@@ -59,8 +59,7 @@ __global__ void __launch_bounds__(128, D == 64 ? 2 : 1) bwd_main_kernel(const Bw
   float* sGk = sGq + C;                                     // [C] gate of the key chunk
   float* sRow = sGk + C;                                    // [4][C] per-warp row sums of dl (kGate)
   float* sDG = sRow + 4 * C;                                // [group][C] gate column sums (kGate)
-  __shared__ TaskCursor s_task;
-  s_task.reset();
+  __shared__ int s_task;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = warp * 16, r0 = row0 + lane / 4;  // this warp's 16 key rows; this thread's rows r0, r0 + 8

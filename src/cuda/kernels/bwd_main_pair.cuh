@@ -123,8 +123,7 @@ __global__ void __launch_bounds__(256, 1)
   MbarSet bar(smem_addr(sDG0 + (kGate ? 2 * p.group * C : 0)));
   // mbarriers: 0, 1 query stages; 2 chain (both K~_{.,m-1} and E_{m-1}; the K~_{.,last} at phase 2's start);
   // 3, 4 phase 1 steps
-  __shared__ TaskCursor s_task;
-  s_task.reset();
+  __shared__ int s_task;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // this warpgroup: key chunk c0 + wg

@@ -78,8 +78,7 @@ __global__ void __launch_bounds__(256, 1)
   MbarSet bar(smem_addr(sDG0 + (kGate ? 2 * p.group * C : 0)));
   // mbarriers: 0, 1 query stages; 2 the chain's K~_{c,m-1} and E_{m-1} (K~_{c,last} at phase 2's start); 3, 4
   // phase 1's E_m by stage
-  __shared__ TaskCursor s_task;
-  s_task.reset();
+  __shared__ int s_task;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // warp-uniform (no wgmma serialised by ptxas: bwd_main_pair.cuh, C7520)

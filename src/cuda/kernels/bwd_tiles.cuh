@@ -110,41 +110,13 @@ __device__ __forceinline__ void atomic_add_acc(const float (&acc)[NT][4], float*
   }
 }
 
-// A main-kernel CTA's place in the task list (__shared__; `reset` before the first take_task): the list position
-// of its current task and, with serial pairs, the end of its pair's tasks.
-struct TaskCursor {
-  int i, end;
-  __device__ __forceinline__ void reset() {
-    if (threadIdx.x == 0) i = end = 0;
-  }
-};
-
 // A persistent main-kernel CTA's next task (chunk * H + h) in list order (plan.cu), or -1 when the list is done.
-// Starts with a barrier: the CTA's previous task is done with shared memory and the cursor. With serial pairs
-// (p.pair_starts) the CTA goes on through its pair's tasks and takes the next pair after its last; each thread first
-// fences its own additions of the finished task, so that the next task's additions to the same tiles (other warps
-// may add them) land after them: the order of every sum is the list order, as the turns make it.
-__device__ __forceinline__ int take_task(const BwdParams& p, TaskCursor& cur) {
-  if (p.pair_starts != nullptr) __threadfence();
+// Starts with a barrier: the CTA's previous task is done with shared memory and s_task (a __shared__ int).
+__device__ __forceinline__ int take_task(const BwdParams& p, int& s_task) {
   __syncthreads();
-  if (threadIdx.x == 0) {
-    if (p.pair_starts == nullptr) {
-      cur.i = atomicAdd(p.next_task, 1);
-    } else {
-      ++cur.i;
-      while (cur.i >= cur.end) {  // (a pair has tasks, but an empty one would be skipped)
-        const int k = atomicAdd(p.next_task, 1);
-        if (k >= p.num_pairs) {
-          cur.i = cur.end = p.num_tasks;
-          break;
-        }
-        cur.i = p.pair_starts[k];
-        cur.end = p.pair_starts[k + 1];
-      }
-    }
-  }
+  if (threadIdx.x == 0) s_task = atomicAdd(p.next_task, 1);
   __syncthreads();
-  const int i = cur.i;
+  const int i = s_task;
   return i < p.num_tasks ? p.tasks[i] : -1;
 }
 
