@@ -321,7 +321,7 @@ void backward_heads(const Problem& p, const Inputs& in, const TensorView& o, con
   prm.slot_chunks = plan.max_chunks;
   prm.local_scratch = ws.ptr<float>(b.local);
   prm.deterministic = in.deterministic;
-  prm.timing_skip = static_cast<int>(env::integer("PATHATTN_BWD_TIMING_SKIP", 0, 0, 511));  // params.h's bits
+  prm.timing_skip = static_cast<int>(env::integer("PATHATTN_BWD_TIMING_SKIP", 0, 0, 2047));  // params.h's bits
   run_backward(prm, grid, p.dtype, D, p.has_gate, stream);
 }
 

@@ -81,8 +81,8 @@ __device__ __forceinline__ void warp_wait_turn(const int* counter, int turn, int
   while (__shfl_sync(0xffffffffu, load_acquire(counter), 0) < warps * turn) __nanosleep(32);
   __syncwarp();
 }
-__device__ __forceinline__ void warp_pass_turn(int* counter) {
-  __threadfence();
+__device__ __forceinline__ void warp_pass_turn(int* counter, bool fence = true) {
+  if (fence) __threadfence();
   __syncwarp();
   if (threadIdx.x % 32 == 0) atomicAdd(counter, 1);
 }
@@ -329,7 +329,7 @@ __global__ void __launch_bounds__(256, 1)
           wgmma_fence_operand(dq);
           wgmma_fence_frags(qa);
           if (act1) wgmma_fence_frags(qb);
-          if constexpr (kDet) warp_wait_turn(p.count_q + qrow, (m - 1 - gc) / 2, 4);
+          if constexpr (kDet) if (!(p.timing_skip & 1024)) warp_wait_turn(p.count_q + qrow, (m - 1 - gc) / 2, 4);
           if constexpr (kGate) {  // dgrow[t] += the 8 warps' row sums, in a fixed order
             const float* rs = sRow(st);
             const int t = threadIdx.x % 128;
@@ -338,7 +338,7 @@ __global__ void __launch_bounds__(256, 1)
                                                     ((rs[4 * C + t] + rs[5 * C + t]) + (rs[6 * C + t] + rs[7 * C + t])));
           }
           atomic_add_acc<8>(dq, p.dqacc + qrow * C * D, D, row0, cm.len);
-          if constexpr (kDet) warp_pass_turn(p.count_q + qrow);
+          if constexpr (kDet) warp_pass_turn(p.count_q + qrow, !(p.timing_skip & 512));
         }
       }
 
@@ -379,9 +379,9 @@ __global__ void __launch_bounds__(256, 1)
           wgmma_fence_frags(ea);
           if (chain1) wgmma_fence_frags(ea1);
           int* count = p.count_p + (int64_t)jc * p.H + h;
-          if constexpr (kDet) warp_wait_turn(count, (jc - 1 - gc) / 2, 4);
+          if constexpr (kDet) if (!(p.timing_skip & 1024)) warp_wait_turn(count, (jc - 1 - gc) / 2, 4);
           atomic_add_acc<8>(dpj, p.dpacc + ((int64_t)jc * p.H + h) * D * D, D, row0, D);
-          if constexpr (kDet) warp_pass_turn(count);
+          if constexpr (kDet) warp_pass_turn(count, !(p.timing_skip & 512));
         } else if (update) {
           wgmma_fence_operand(e_acc);
           wgmma_fence();
