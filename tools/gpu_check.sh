@@ -38,8 +38,10 @@
 #          test_cuda_forward, memcheck on its D = 128 cases, racecheck on a few small ones, with each; bench_fwd
 #          --only 128 with the older mma.sync kernel (PATHATTN_FWD128=mma), twoe and the default
 #   model: only the model's bench_step
-#   turns: the deterministic turns' cost in the D = 64 main backward: bench_fwd --bwd --only 64 (and 8 x 4096, H 12)
-#          without the turns' fences, waits, or both (PATHATTN_BWD_TIMING_SKIP 512 / 1024 / 1536; timing only)
+#   turns: the deterministic turns' cost in the D = 64 main backward: test_cuda_backward (not Long) and its
+#          sanitizers on small cases and the determinism tests (SKIP_TESTS=1 skips them), then bench_fwd --bwd --only 64
+#          (and 8 x 4096, H 12) without the turns' fences, waits, or both (PATHATTN_BWD_TIMING_SKIP 512 / 1024 / 1536;
+#          timing only; TURNS_SKIPS picks the values, default 0 512 1024 1536)
 #   pair:  the D = 64 main backward kernel (kernels/bwd_main_pair.cuh): test_cuda_backward (the T = 16384 case too),
 #          its case table in the fast mode too (PATHATTN_TEST_BWD_FAST=1), memcheck + racecheck on small cases in both
 #          modes, then bench_fwd --bwd --only 64 with stage times for the mma.sync kernel (PATHATTN_BWD_MAIN=mma) and
@@ -173,7 +175,7 @@ fi
 
 BUILD_TARGETS="test_cuda_forward test_cuda_backward test_cuda_decode test_cuda_short_conv bench_fwd bench_decode_cuda"
 [ "$MODE" = ab ] && [ "${AB_TESTS:-0}" != 1 ] && BUILD_TARGETS=bench_fwd
-[ "$MODE" = turns ] && BUILD_TARGETS=bench_fwd
+[ "$MODE" = turns ] && BUILD_TARGETS="bench_fwd test_cuda_backward"
 t0=$(date +%s)
 if [ "$MODE" != torch ] && ! { cmake -S . -B build-gpu -DPATHATTN_TORCH=OFF -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=ON -DPATHATTN_BENCH=ON -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) \
          "${PREFIX_ARGS[@]}" && make -C build-gpu -j16 $BUILD_TARGETS; } > "$OUT/build.log" 2>&1; then
@@ -435,7 +437,11 @@ fi
 # without their waits (1024), and without either (1536), at the default shapes and the training step's (8 x 4096,
 # H 12). Timing only: without them the sums' order is not fixed.
 if [ "$MODE" = turns ]; then
-  for skip in 0 512 1024 1536; do
+  if [ "${SKIP_TESTS:-0}" != 1 ]; then  # the two-chunk kernel's tests and sanitizers first
+    tests_bwd turns --gtest_filter=-Long/*
+    sanitize turns build-gpu/tests/cuda/test_cuda_backward "$SMALL_BWD64:CudaBackwardDeterminism.*" 300
+  fi
+  for skip in ${TURNS_SKIPS:-0 512 1024 1536}; do
     PATHATTN_BWD_TIMING_SKIP=$skip PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --iters 5 --only 64 \
       > "$OUT/bench_turns_$skip.log" 2>&1
     note "bench_fwd --bwd --only 64, PATHATTN_BWD_TIMING_SKIP=$skip: rc=$?"

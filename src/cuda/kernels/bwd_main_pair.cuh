@@ -124,6 +124,8 @@ __global__ void __launch_bounds__(256, 1)
   // mbarriers: 0, 1 query stages; 2 chain (both K~_{.,m-1} and E_{m-1}; the K~_{.,last} at phase 2's start);
   // 3, 4 phase 1 steps
   __shared__ int s_task;
+  // (kDet) Per warp: the counter whose turn the warp has taken and added in, and not yet passed (see flush_pass).
+  __shared__ int* s_pending[8];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // this warpgroup: key chunk c0 + wg
@@ -136,6 +138,7 @@ __global__ void __launch_bounds__(256, 1)
   const T* vin = static_cast<const T*>(p.v);
 
   bar.init(5);
+  if (lane == 0) s_pending[warp] = nullptr;
   // Issued by thread 0 only.
   auto issue_step = [&](int i, int dst_tile, int chunk, int h) {  // E_chunk (D x D) into a tile
     mbar_arrive_expect_tx(bar(i), S::kTile * 2);
@@ -152,6 +155,33 @@ __global__ void __launch_bounds__(256, 1)
       bulk_load(smem_addr(sGq(s)), p.ws.gl + qrow * C, C * 4, bar(s));
       bulk_load(smem_addr(sGk(s, 0)), p.ws.gl + ((int64_t)gc * p.HQ + hq) * C, C * 4, bar(s));
       if (two) bulk_load(smem_addr(sGk(s, 1)), p.ws.gl + ((int64_t)(gc + 1) * p.HQ + hq) * C, C * 4, bar(s));
+    }
+  };
+  // The deterministic turns' pass, deferred: a warp that has added a tile in its turn passes the turn (its fence,
+  // then the counter) at its next flush point, after its next products are issued, not right after the additions.
+  // The fence waits until the warp's additions are done at L2 (~1-2 us); right after them it stalled the tail's
+  // warpgroup, and through the step's barrier the whole CTA, at every step: 13 of the 21 ms that the turns cost at
+  // 32 x 4096 (PATHATTN_BWD_TIMING_SKIP=512, docs/perf/notes.md). Deferred, it overlaps the next step's products,
+  // and the additions are mostly done when it runs. The order of every sum is unchanged (the next block still adds
+  // after the pass); a warp flushes before it waits for any turn, so it never waits while holding one.
+  auto flush_pass = [&]() {
+    if constexpr (kDet) {
+      // (lane 0's value through a shuffle: a branch ptxas sees as warp-uniform, as warp_wait_turn's)
+      int* c = reinterpret_cast<int*>(
+          __shfl_sync(0xffffffffu, static_cast<long long>(reinterpret_cast<uintptr_t>(s_pending[warp])), 0));
+      if (c != nullptr) {
+        __syncwarp();
+        if (lane == 0) s_pending[warp] = nullptr;
+        warp_pass_turn(c, !(p.timing_skip & 512));
+      }
+    }
+  };
+  auto defer_pass = [&](int* c) {
+    if constexpr (kDet) {
+      flush_pass();
+      __syncwarp();
+      if (lane == 0) s_pending[warp] = c;
+      __syncwarp();
     }
   };
   __syncthreads();
@@ -300,13 +330,16 @@ __global__ void __launch_bounds__(256, 1)
           wgmma_commit();
           store_acc<T, NC8>(dp, sDS(wg, st), LDP, row0, p.scale);
           if constexpr (kGate) gate_tile_sums(colsum, dp, sDG(wg) + j * C, sRow(st), r0);
+          flush_pass();     // (while dV and E's products run)
           wgmma_wait<0>();  // the stage's Q^ and dO^ are read: the barrier below releases them
           wgmma_fence_operand(dv_acc);
           wgmma_fence_operand(e_acc);
           wgmma_fence_frags(pa);
           wgmma_fence_frags(da);
-        } else if constexpr (kGate) {
-          for (int i = threadIdx.x % 128; i < 4 * C; i += 128) sRow(st)[4 * C + i] = 0.f;  // warpgroup 1's rows
+        } else {
+          if constexpr (kGate)
+            for (int i = threadIdx.x % 128; i < 4 * C; i += 128) sRow(st)[4 * C + i] = 0.f;  // warpgroup 1's rows
+          flush_pass();
         }
         __syncthreads();  // both dS^T (and row sums) complete; stage st consumed
         if (wg == (it & 1)) {  // this step's tail
@@ -338,7 +371,7 @@ __global__ void __launch_bounds__(256, 1)
                                                     ((rs[4 * C + t] + rs[5 * C + t]) + (rs[6 * C + t] + rs[7 * C + t])));
           }
           atomic_add_acc<8>(dq, p.dqacc + qrow * C * D, D, row0, cm.len);
-          if constexpr (kDet) warp_pass_turn(p.count_q + qrow, !(p.timing_skip & 512));
+          defer_pass(p.count_q + qrow);
         }
       }
 
@@ -371,8 +404,10 @@ __global__ void __launch_bounds__(256, 1)
             wgmma_fence();
             wgmma_k64<0>(e_acc, eb, tile(8 + ebuf), true);  // E <- E + E E_j^T
             wgmma_commit();
+            flush_pass();     // (the last step's dQ^ turn, while the products run; before dP_j's wait)
             wgmma_wait<1>();  // dP_j's products are done; E's may still run
           } else {
+            flush_pass();
             wgmma_wait<0>();
           }
           wgmma_fence_operand(dpj);
@@ -381,7 +416,7 @@ __global__ void __launch_bounds__(256, 1)
           int* count = p.count_p + (int64_t)jc * p.H + h;
           if constexpr (kDet) if (!(p.timing_skip & 1024)) warp_wait_turn(count, (jc - 1 - gc) / 2, 4);
           atomic_add_acc<8>(dpj, p.dpacc + ((int64_t)jc * p.H + h) * D * D, D, row0, D);
-          if constexpr (kDet) warp_pass_turn(count, !(p.timing_skip & 512));
+          defer_pass(count);
         } else if (update) {
           wgmma_fence_operand(e_acc);
           wgmma_fence();
@@ -395,6 +430,7 @@ __global__ void __launch_bounds__(256, 1)
       }
     }
 
+    flush_pass();
     // ---- The task's own gradients: each warpgroup its chunk's dK^ = E and dV (zero when no query chunk follows it).
     if constexpr (kGate) __syncthreads();  // the column sums were written by other threads of the warpgroup
     if (mine) {
