@@ -124,8 +124,8 @@ __global__ void __launch_bounds__(256, 1)
   // mbarriers: 0, 1 query stages; 2 chain (both K~_{.,m-1} and E_{m-1}; the K~_{.,last} at phase 2's start);
   // 3, 4 phase 1 steps
   __shared__ int s_task;
-  // (kDet) Per warp: the counter whose turn the warp has taken and added in, and not yet passed (see flush_pass).
-  __shared__ int* s_pending[8];
+  // (kDet) Per warp: up to two counters whose turns the warp has taken and added in, and not yet passed (flush_pass).
+  __shared__ int* s_pending[8][2];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // this warpgroup: key chunk c0 + wg
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(256, 1)
   const T* vin = static_cast<const T*>(p.v);
 
   bar.init(5);
-  if (lane == 0) s_pending[warp] = nullptr;
+  if (lane == 0) s_pending[warp][0] = s_pending[warp][1] = nullptr;
   // Issued by thread 0 only.
   auto issue_step = [&](int i, int dst_tile, int chunk, int h) {  // E_chunk (D x D) into a tile
     mbar_arrive_expect_tx(bar(i), S::kTile * 2);
@@ -157,30 +157,41 @@ __global__ void __launch_bounds__(256, 1)
       if (two) bulk_load(smem_addr(sGk(s, 1)), p.ws.gl + ((int64_t)(gc + 1) * p.HQ + hq) * C, C * 4, bar(s));
     }
   };
-  // The deterministic turns' pass, deferred: a warp that has added a tile in its turn passes the turn (its fence,
+  // The deterministic turns' passes, deferred: a warp that has added a tile in its turn passes the turn (its fence,
   // then the counter) at its next flush point, after its next products are issued, not right after the additions.
   // The fence waits until the warp's additions are done at L2 (~1-2 us); right after them it stalled the tail's
   // warpgroup, and through the step's barrier the whole CTA, at every step: 13 of the 21 ms that the turns cost at
-  // 32 x 4096 (PATHATTN_BWD_TIMING_SKIP=512, docs/perf/notes.md). Deferred, it overlaps the next step's products,
-  // and the additions are mostly done when it runs. The order of every sum is unchanged (the next block still adds
-  // after the pass); a warp flushes before it waits for any turn, so it never waits while holding one.
+  // 32 x 4096 (PATHATTN_BWD_TIMING_SKIP=512, docs/perf/notes.md). A warp holds up to two passes, the step's dQ^ tile
+  // and the chain step's dP_j right after it, and one fence then serves both. The order of every sum is unchanged
+  // (the next block still adds after the pass). A warp may wait for a turn while it holds passes: a block waits only
+  // for blocks above it in its pair (taken earlier, running), and those never wait for it, so no wait closes a cycle.
+  // (lane 0's values through shuffles: branches that ptxas sees as warp-uniform, as in warp_wait_turn)
+  auto pending = [&](int i) {
+    return reinterpret_cast<int*>(
+        __shfl_sync(0xffffffffu, static_cast<long long>(reinterpret_cast<uintptr_t>(s_pending[warp][i])), 0));
+  };
   auto flush_pass = [&]() {
     if constexpr (kDet) {
-      // (lane 0's value through a shuffle: a branch ptxas sees as warp-uniform, as warp_wait_turn's)
-      int* c = reinterpret_cast<int*>(
-          __shfl_sync(0xffffffffu, static_cast<long long>(reinterpret_cast<uintptr_t>(s_pending[warp])), 0));
-      if (c != nullptr) {
+      int* c0 = pending(0);
+      if (c0 != nullptr) {  // (slot 1 is filled only after slot 0)
+        int* c1 = pending(1);
+        if (!(p.timing_skip & 512)) __threadfence();
         __syncwarp();
-        if (lane == 0) s_pending[warp] = nullptr;
-        warp_pass_turn(c, !(p.timing_skip & 512));
+        if (lane == 0) {
+          atomicAdd(c0, 1);
+          if (c1 != nullptr) atomicAdd(c1, 1);
+          s_pending[warp][0] = s_pending[warp][1] = nullptr;
+        }
+        __syncwarp();
       }
     }
   };
   auto defer_pass = [&](int* c) {
     if constexpr (kDet) {
-      flush_pass();
+      if (pending(1) != nullptr) flush_pass();
+      const int i = pending(0) == nullptr ? 0 : 1;
       __syncwarp();
-      if (lane == 0) s_pending[warp] = c;
+      if (lane == 0) s_pending[warp][i] = c;
       __syncwarp();
     }
   };
@@ -330,7 +341,7 @@ __global__ void __launch_bounds__(256, 1)
           wgmma_commit();
           store_acc<T, NC8>(dp, sDS(wg, st), LDP, row0, p.scale);
           if constexpr (kGate) gate_tile_sums(colsum, dp, sDG(wg) + j * C, sRow(st), r0);
-          flush_pass();     // (while dV and E's products run)
+          flush_pass();     // (the last tail's and chain step's passes, while dV and E's products run)
           wgmma_wait<0>();  // the stage's Q^ and dO^ are read: the barrier below releases them
           wgmma_fence_operand(dv_acc);
           wgmma_fence_operand(e_acc);
@@ -404,10 +415,8 @@ __global__ void __launch_bounds__(256, 1)
             wgmma_fence();
             wgmma_k64<0>(e_acc, eb, tile(8 + ebuf), true);  // E <- E + E E_j^T
             wgmma_commit();
-            flush_pass();     // (the last step's dQ^ turn, while the products run; before dP_j's wait)
             wgmma_wait<1>();  // dP_j's products are done; E's may still run
           } else {
-            flush_pass();
             wgmma_wait<0>();
           }
           wgmma_fence_operand(dpj);
