@@ -81,10 +81,41 @@ __device__ __forceinline__ void warp_wait_turn(const int* counter, int turn, int
   while (__shfl_sync(0xffffffffu, load_acquire(counter), 0) < warps * turn) __nanosleep(32);
   __syncwarp();
 }
-__device__ __forceinline__ void warp_pass_turn(int* counter, bool fence = true) {
+
+// The turns' passes, deferred (both wgmma main kernels): a warp that has added a tile in its turn passes the turn
+// (its fence, then the counter) at its next flush point, after its next products are issued, not right after the
+// additions. The fence waits until the warp's additions are done at L2 (~1-2 us); right after them it stalled the
+// adding warps, and through the step's barrier the whole CTA, at every step: 13 of the 21 ms that the turns cost
+// the two-chunk kernel at 32 x 4096 (PATHATTN_BWD_TIMING_SKIP=512, docs/perf/notes.md). A warp holds up to two
+// passes, a step's dQ^ tile and the chain step's dP_j right after it, and one fence then serves both. The order of
+// every sum is unchanged (the next block still adds after the pass). A warp may wait for a turn while it holds
+// passes: a block waits only for blocks above it in its pair (taken earlier, running), and those never wait for
+// it, so no wait closes a cycle; each counter is waited for once per task, and a task ends with a flush.
+// `held`: this warp's two slots in shared memory (null = free; slot 1 is filled only after slot 0), lane 0 writes
+// them. Their values go through shuffles from lane 0: branches that ptxas sees as warp-uniform (as warp_wait_turn).
+__device__ __forceinline__ int* held_pass(int* const* held, int i) {
+  return reinterpret_cast<int*>(__shfl_sync(0xffffffffu, static_cast<long long>(reinterpret_cast<uintptr_t>(held[i])), 0));
+}
+// fence = false: timing only (PATHATTN_BWD_TIMING_SKIP 512, params.h).
+__device__ __forceinline__ void flush_passes(int** held, bool fence) {
+  int* c0 = held_pass(held, 0);
+  if (c0 == nullptr) return;
+  int* c1 = held_pass(held, 1);
   if (fence) __threadfence();
   __syncwarp();
-  if (threadIdx.x % 32 == 0) atomicAdd(counter, 1);
+  if (threadIdx.x % 32 == 0) {
+    atomicAdd(c0, 1);
+    if (c1 != nullptr) atomicAdd(c1, 1);
+    held[0] = held[1] = nullptr;
+  }
+  __syncwarp();
+}
+__device__ __forceinline__ void defer_pass(int** held, int* counter, bool fence) {
+  if (held_pass(held, 1) != nullptr) flush_passes(held, fence);
+  const int i = held_pass(held, 0) == nullptr ? 0 : 1;
+  __syncwarp();
+  if (threadIdx.x % 32 == 0) held[i] = counter;
+  __syncwarp();
 }
 }  // namespace bwd_detail
 
@@ -124,7 +155,7 @@ __global__ void __launch_bounds__(256, 1)
   // mbarriers: 0, 1 query stages; 2 chain (both K~_{.,m-1} and E_{m-1}; the K~_{.,last} at phase 2's start);
   // 3, 4 phase 1 steps
   __shared__ int s_task;
-  // (kDet) Per warp: up to two counters whose turns the warp has taken and added in, and not yet passed (flush_pass).
+  // (kDet) Per warp: up to two counters whose turns the warp has taken and added in, and not yet passed.
   __shared__ int* s_pending[8][2];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -157,43 +188,14 @@ __global__ void __launch_bounds__(256, 1)
       if (two) bulk_load(smem_addr(sGk(s, 1)), p.ws.gl + ((int64_t)(gc + 1) * p.HQ + hq) * C, C * 4, bar(s));
     }
   };
-  // The deterministic turns' passes, deferred: a warp that has added a tile in its turn passes the turn (its fence,
-  // then the counter) at its next flush point, after its next products are issued, not right after the additions.
-  // The fence waits until the warp's additions are done at L2 (~1-2 us); right after them it stalled the tail's
-  // warpgroup, and through the step's barrier the whole CTA, at every step: 13 of the 21 ms that the turns cost at
-  // 32 x 4096 (PATHATTN_BWD_TIMING_SKIP=512, docs/perf/notes.md). A warp holds up to two passes, the step's dQ^ tile
-  // and the chain step's dP_j right after it, and one fence then serves both. The order of every sum is unchanged
-  // (the next block still adds after the pass). A warp may wait for a turn while it holds passes: a block waits only
-  // for blocks above it in its pair (taken earlier, running), and those never wait for it, so no wait closes a cycle.
-  // (lane 0's values through shuffles: branches that ptxas sees as warp-uniform, as in warp_wait_turn)
-  auto pending = [&](int i) {
-    return reinterpret_cast<int*>(
-        __shfl_sync(0xffffffffu, static_cast<long long>(reinterpret_cast<uintptr_t>(s_pending[warp][i])), 0));
-  };
+  // The turns' passes, deferred (bwd_detail::defer_pass): this warp's two slots.
+  int** held = s_pending[warp];
+  const bool fence = !(p.timing_skip & 512);
   auto flush_pass = [&]() {
-    if constexpr (kDet) {
-      int* c0 = pending(0);
-      if (c0 != nullptr) {  // (slot 1 is filled only after slot 0)
-        int* c1 = pending(1);
-        if (!(p.timing_skip & 512)) __threadfence();
-        __syncwarp();
-        if (lane == 0) {
-          atomicAdd(c0, 1);
-          if (c1 != nullptr) atomicAdd(c1, 1);
-          s_pending[warp][0] = s_pending[warp][1] = nullptr;
-        }
-        __syncwarp();
-      }
-    }
+    if constexpr (kDet) flush_passes(held, fence);
   };
-  auto defer_pass = [&](int* c) {
-    if constexpr (kDet) {
-      if (pending(1) != nullptr) flush_pass();
-      const int i = pending(0) == nullptr ? 0 : 1;
-      __syncwarp();
-      if (lane == 0) s_pending[warp][i] = c;
-      __syncwarp();
-    }
+  auto hold_pass = [&](int* c) {
+    if constexpr (kDet) defer_pass(held, c, fence);
   };
   __syncthreads();
 
@@ -382,7 +384,7 @@ __global__ void __launch_bounds__(256, 1)
                                                     ((rs[4 * C + t] + rs[5 * C + t]) + (rs[6 * C + t] + rs[7 * C + t])));
           }
           atomic_add_acc<8>(dq, p.dqacc + qrow * C * D, D, row0, cm.len);
-          defer_pass(p.count_q + qrow);
+          hold_pass(p.count_q + qrow);
         }
       }
 
@@ -425,7 +427,7 @@ __global__ void __launch_bounds__(256, 1)
           int* count = p.count_p + (int64_t)jc * p.H + h;
           if constexpr (kDet) if (!(p.timing_skip & 1024)) warp_wait_turn(count, (jc - 1 - gc) / 2, 4);
           atomic_add_acc<8>(dpj, p.dpacc + ((int64_t)jc * p.H + h) * D * D, D, row0, D);
-          defer_pass(count);
+          hold_pass(count);
         } else if (update) {
           wgmma_fence_operand(e_acc);
           wgmma_fence();
