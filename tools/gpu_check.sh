@@ -213,13 +213,14 @@ if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ] || [ "$MODE" =
   note "gpu tests: $(grep -E 'tests passed|tests failed' "$OUT/tests.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
   grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess)" "$OUT/tests.log" | head -20 | tee -a "$SUMMARY"
   # The fused short convolution of w (kernels/short_conv.cuh): small cases, so both sanitizers run with the tests.
-  # Then its sliding-window kernels (PATHATTN_SHORT_CONV=window, opt-in until measured): the test and both sanitizers.
+  # Then its vector form (PATHATTN_SHORT_CONV=vec, kernels/short_conv_vec.cuh, opt-in until measured; the cases it
+  # does not take run the row kernels either way): the test and both sanitizers.
   if [ -x build-gpu/tests/cuda/test_cuda_short_conv ]; then
     sanitize short_conv build-gpu/tests/cuda/test_cuda_short_conv 'CudaShortConv.*' 300
-    PATHATTN_SHORT_CONV=window build-gpu/tests/cuda/test_cuda_short_conv > "$OUT/tests_short_conv_window.log" 2>&1
-    note "test_cuda_short_conv, PATHATTN_SHORT_CONV=window: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_short_conv_window.log" | tr '\n' ' ')"
-    grep -E "Failure|want|Google Test trace|^/.*:[0-9]+: " "$OUT/tests_short_conv_window.log" | head -12 | tee -a "$SUMMARY"
-    PATHATTN_SHORT_CONV=window sanitize short_conv_window build-gpu/tests/cuda/test_cuda_short_conv 'CudaShortConv.*' 300
+    PATHATTN_SHORT_CONV=vec build-gpu/tests/cuda/test_cuda_short_conv > "$OUT/tests_short_conv_vec.log" 2>&1
+    note "test_cuda_short_conv, PATHATTN_SHORT_CONV=vec: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_short_conv_vec.log" | tr '\n' ' ')"
+    grep -E "Failure|want|Google Test trace|^/.*:[0-9]+: " "$OUT/tests_short_conv_vec.log" | head -12 | tee -a "$SUMMARY"
+    PATHATTN_SHORT_CONV=vec sanitize short_conv_vec build-gpu/tests/cuda/test_cuda_short_conv 'CudaShortConv.*' 300
   fi
   # Per-case errors (o / lse / kcache against the f64 reference and the low-precision baseline), one run.
   if [ "${SKIP_ERRLOG:-0}" != 1 ]; then
@@ -616,7 +617,7 @@ if [ "$MODE" = torch ]; then
     fi
     # The layer's fused w path beside the torch composition it replaced (a few seconds).
     t0=$(date +%s)
-    for sc in rows window; do  # PATHATTN_SHORT_CONV: the row-per-warp default, the sliding-window kernels
+    for sc in rows vec; do  # PATHATTN_SHORT_CONV: the row-per-warp default, the vector form
       PYTHONUNBUFFERED=1 PATHATTN_SHORT_CONV=$sc PATHATTN_LIBRARY=$LIB PYTHONPATH=$ROOT/python timeout 120 \
         python3 bench/cuda/bench_short_conv.py > "$OUT/short_conv_bench.log" 2>&1
       note "bench_short_conv.py, PATHATTN_SHORT_CONV=$sc: rc=$? ($(( $(date +%s) - t0 )) s)"

@@ -1,7 +1,8 @@
 // The fused short convolution of w on CUDA (src/cuda/kernels/short_conv.cuh) against the CPU core in float64 on
-// the same (rounded) inputs: w, du, dweight and dstate over head dims 16..256, kernel sizes 1..8, 16-bit and f32
+// the same (rounded) inputs: w, du, dweight and dstate over head dims 8..256, kernel sizes 1..8, 16-bit and f32
 // inputs, strided u, a state, a packed batch with length-1 sequences, T not a multiple of the 64-row tile, T = 0;
-// untouched guard bands; two backward calls give the same bits.
+// untouched guard bands; two backward calls give the same bits. PATHATTN_SHORT_CONV=vec runs the cases the vector
+// form takes (D a power of 2 from 8 to 256, K <= 4, no state, contiguous u) on it (tools/gpu_check.sh runs both).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -143,6 +144,9 @@ TEST_F(CudaShortConv, MatchesTheCpuCore) {
       {2, 150, 2, 64, 4, DType::bf16, true, false, true}, // strided u
       {1, 160, 2, 64, 4, DType::bf16, true, false, false, {1, 64, 1, 30, 1, 63}},  // varlen, length-1 sequences
       {2, 1000, 4, 64, 4, DType::bf16},
+      {2, 77, 3, 32, 2, DType::f32},                      // f32 u, D = 32, K = 2 (the vector form's f32 loads)
+      {1, 300, 4, 8, 3, DType::f16, false},               // D = 8: one lane per head in the vector form
+      {1, 400, 2, 128, 4, DType::bf16, true, false, false, {129, 1, 127, 143}},  // varlen across 128-row CTAs
   };
   uint64_t seed = 1;
   for (const Case& c : cases) run_case(c, seed++);

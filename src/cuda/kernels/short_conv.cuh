@@ -7,8 +7,7 @@
 //             output row's dy needs u's rows t - K + 1 .. t, recomputed as the forward does) into shared memory,
 //             then du and dstate from the tile's dy, and the tile's weight-gradient partial sums in a fixed order;
 //             a second kernel adds the partials over the tiles in tile order (the same bits on every run).
-// kWindow (PATHATTN_SHORT_CONV=window, D <= 128, not yet run on a GPU): a warp walks consecutive rows with the inputs
-// and taps in registers (ConvWindow), one new input per channel and row instead of K inputs and K taps.
+// short_conv_vec.cuh: the vector form (8 channels and a run of rows per thread), opt-in until measured.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -20,7 +19,7 @@ namespace pathattn::cuda {
 
 constexpr int kConvMaxK = 8;         // the largest kernel size (ConvProblem checks it)
 constexpr int kConvThreads = 256;    // both kernels
-constexpr int kConvRowsFwd = kConvThreads / 32;  // forward rows per CTA (one per warp; kWindow: kConvWarpRows each)
+constexpr int kConvRowsFwd = kConvThreads / 32;  // forward rows per CTA (one per warp)
 constexpr int kConvTile = 64;        // backward rows per CTA
 
 struct ShortConvParams {
@@ -111,94 +110,17 @@ __device__ __forceinline__ float conv_row(const ShortConvParams& p, int b, int t
   return fmaxf(*norm, p.eps);
 }
 
-// The convolution's raw input at position s: u at s >= 0, the state (or 0) before row 0. Which positions a row may
-// read (its sequence's) is the caller's test.
-template <typename U>
-__device__ __forceinline__ float conv_raw(const ShortConvParams& p, int b, int s, int c) {
-  if (s >= 0) return conv_to_f32(static_cast<const U*>(p.u)[b * p.u_b + s * p.u_t + c * p.u_c]);
-  const U* st = static_cast<const U*>(p.state);
-  return st != nullptr ? conv_to_f32(st[b * p.st_b + (p.K - 1 + s) * p.st_t + c * p.st_c]) : 0.f;
-}
-
-// kWindow instances: a warp walks consecutive rows t of one (batch row, head) and keeps, per lane channel, the inputs
-// at positions t - m (m < kConvMaxK) in registers and the taps reversed, so that a row loads one new input per
-// channel instead of K inputs and K taps.
 template <typename U, typename Wt, int NPL>
-struct ConvWindow {
-  float x[NPL][kConvMaxK];    // x[i][m]: the input at position t - m for the lane's channel i
-  float tap[NPL][kConvMaxK];  // tap[i][m] = weight[c, K - 1 - m], 0 for m >= K
-  // Before row t: the taps, and the positions t - 1 .. t - K + 1 one slot early (x[i][m] = position t - 1 - m), so
-  // that step(t)'s shift puts them at t - 1 - m = t - (m + 1) and loads t itself into x[i][0].
-  __device__ __forceinline__ void begin(const ShortConvParams& p, int b, int h, int t) {
-    const int lane = threadIdx.x % 32;
-#pragma unroll
-    for (int i = 0; i < NPL; ++i) {
-      const int d = lane + 32 * i, c = h * p.D + d;
-#pragma unroll
-      for (int m = 0; m < kConvMaxK; ++m) {
-        tap[i][m] = d < p.D && m < p.K ? conv_weight<Wt>(p, c, p.K - 1 - m) : 0.f;
-        x[i][m] = d < p.D && m < p.K - 1 ? conv_raw<U>(p, b, t - 1 - m, c) : 0.f;
-      }
-    }
-  }
-  __device__ __forceinline__ void step(const ShortConvParams& p, int b, int h, int t) {
-    const int lane = threadIdx.x % 32;
-#pragma unroll
-    for (int i = 0; i < NPL; ++i) {
-#pragma unroll
-      for (int m = kConvMaxK - 1; m > 0; --m) x[i][m] = x[i][m - 1];
-      const int d = lane + 32 * i;
-      x[i][0] = d < p.D ? conv_raw<U>(p, b, t, h * p.D + d) : 0.f;
-    }
-  }
-  // y and silu(y) of row t (after step(t)) whose sequence starts at `start`, and the head's clamped norm, as
-  // conv_row: positions before `start` read 0 in a packed batch.
-  __device__ __forceinline__ float row(const ShortConvParams& p, int t, int start, float (&y)[NPL], float (&a)[NPL],
-                                       float* norm) const {
-    const int lim = p.cu != nullptr ? t - start : kConvMaxK;  // m <= lim: position t - m is in t's sequence
-    float ss = 0.f;
-#pragma unroll
-    for (int i = 0; i < NPL; ++i) {
-      float acc = 0.f;
-#pragma unroll
-      for (int m = 0; m < kConvMaxK; ++m)
-        if (m < p.K && m <= lim) acc = fmaf(tap[i][m], x[i][m], acc);
-      y[i] = acc;
-      a[i] = acc / (1.f + __expf(-acc));  // silu
-      ss = fmaf(a[i], a[i], ss);
-    }
-    *norm = sqrtf(warp_sum(ss));
-    return fmaxf(*norm, p.eps);
-  }
-};
-
-constexpr int kConvWarpRows = 8;  // kWindow forward: consecutive rows per warp (a CTA: 64 rows)
-
-template <typename U, typename Wt, int NPL, bool kWindow>
 __global__ void __launch_bounds__(kConvThreads) short_conv_w_fwd_kernel(ShortConvParams p) {
   const int h = blockIdx.y, b = blockIdx.z, lane = threadIdx.x % 32;
-  auto store = [&](int t, const float (&a)[NPL], float n) {
-#pragma unroll
-    for (int i = 0; i < NPL; ++i) {
-      const int d = lane + 32 * i;
-      if (d < p.D) p.w[b * p.w_b + t * p.w_t + h * p.w_h + d * p.w_d] = a[i] / n;
-    }
-  };
+  const int t = blockIdx.x * kConvRowsFwd + threadIdx.x / 32;
+  if (t >= p.T) return;  // warp-uniform
   float y[NPL], a[NPL], norm;
-  if constexpr (kWindow) {
-    const int t_begin = (blockIdx.x * (kConvThreads / 32) + threadIdx.x / 32) * kConvWarpRows;
-    if (t_begin >= p.T) return;  // warp-uniform
-    ConvWindow<U, Wt, NPL> win;
-    win.begin(p, b, h, t_begin);
-    for (int t = t_begin; t < min(t_begin + kConvWarpRows, p.T); ++t) {
-      win.step(p, b, h, t);
-      const float n = win.row(p, t, conv_seq_start(p, t), y, a, &norm);
-      store(t, a, n);
-    }
-  } else {
-    const int t = blockIdx.x * kConvRowsFwd + threadIdx.x / 32;
-    if (t >= p.T) return;  // warp-uniform
-    store(t, a, conv_row<U, Wt, NPL>(p, b, t, h, y, a, &norm));
+  const float n = conv_row<U, Wt, NPL>(p, b, t, h, y, a, &norm);
+#pragma unroll
+  for (int i = 0; i < NPL; ++i) {
+    const int d = lane + 32 * i;
+    if (d < p.D) p.w[b * p.w_b + t * p.w_t + h * p.w_h + d * p.w_d] = a[i] / n;
   }
 }
 
@@ -209,7 +131,7 @@ __host__ __device__ inline int conv_bwd_smem_bytes(int D, int K) {
   return (kConvTile + K - 1) * D * 4 + (kConvTile + K - 1) * 4 + groups * D * K * 4;
 }
 
-template <typename U, typename Wt, int NPL, bool kWindow>
+template <typename U, typename Wt, int NPL>
 __global__ void __launch_bounds__(kConvThreads) short_conv_w_bwd_kernel(ShortConvParams p) {
   extern __shared__ float smem[];
   const int tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, t0 = tile * kConvTile, K = p.K, D = p.D;
@@ -220,8 +142,7 @@ __global__ void __launch_bounds__(kConvThreads) short_conv_w_bwd_kernel(ShortCon
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   constexpr int kWarps = kConvThreads / 32;
 
-  // 1. dy of rows t0 .. t0 + rows - 1 (zero past T), Eq. 46: kWindow, each warp a run of consecutive rows; else
-  // rows strided over the warps.
+  // 1. dy of rows t0 .. t0 + rows - 1 (zero past T), Eq. 46, rows strided over the warps.
   auto dy_row = [&](int r, float (&y)[NPL], float (&a)[NPL], float n, float norm) {
     const int t = t0 + r;
     float g[NPL], wdw = 0.f;
@@ -247,39 +168,21 @@ __global__ void __launch_bounds__(kConvThreads) short_conv_w_bwd_kernel(ShortCon
     if (lane == 0) start_s[r] = p.T;
   };
   float y[NPL], a[NPL], norm;
-  if constexpr (kWindow) {
-    const int per = (rows + kWarps - 1) / kWarps, r_begin = warp * per, r_end = min(r_begin + per, rows);
-    ConvWindow<U, Wt, NPL> win;
-    if (r_begin < r_end && t0 + r_begin < p.T) win.begin(p, b, h, t0 + r_begin);
-    for (int r = r_begin; r < r_end; ++r) {
-      const int t = t0 + r;
-      if (t >= p.T) {
-        zero_row(r);
-        continue;
-      }
-      win.step(p, b, h, t);
-      const int start = conv_seq_start(p, t);
-      const float n = win.row(p, t, start, y, a, &norm);
-      dy_row(r, y, a, n, norm);
-      if (lane == 0) start_s[r] = start;
+  for (int r = warp; r < rows; r += kWarps) {
+    const int t = t0 + r;
+    if (t >= p.T) {
+      zero_row(r);
+      continue;
     }
-  } else {
-    for (int r = warp; r < rows; r += kWarps) {
-      const int t = t0 + r;
-      if (t >= p.T) {
-        zero_row(r);
-        continue;
-      }
-      const float n = conv_row<U, Wt, NPL>(p, b, t, h, y, a, &norm);
-      dy_row(r, y, a, n, norm);
-      if (lane == 0) start_s[r] = conv_seq_start(p, t);
-    }
+    const float n = conv_row<U, Wt, NPL>(p, b, t, h, y, a, &norm);
+    dy_row(r, y, a, n, norm);
+    if (lane == 0) start_s[r] = conv_seq_start(p, t);
   }
   __syncthreads();
 
   // 2. du (and dstate for the first tile) of the tile's rows, and the weight partials; thread = (group, channel).
   const int groups = kConvThreads / D, grp = threadIdx.x / D, d = threadIdx.x % D, c = h * D + d;
-  float acc_w[kConvMaxK], wt[kConvMaxK];  // this channel's weight partials (kWindow: by m = K - 1 - j) and taps
+  float acc_w[kConvMaxK], wt[kConvMaxK];  // this channel's weight partials and taps
 #pragma unroll
   for (int j = 0; j < kConvMaxK; ++j) {
     acc_w[j] = 0.f;
@@ -304,42 +207,18 @@ __global__ void __launch_bounds__(kConvThreads) short_conv_w_bwd_kernel(ShortCon
     if (tile == 0 && p.dstate != nullptr)
       for (int s = -(K - 1) + grp; s < 0; s += groups) du_of(s);
     const int s_end = min(t0 + kConvTile, p.T);
-    if constexpr (kWindow) {
-      // A run of consecutive rows per group; the channel's inputs at s - m in registers (xw[m]); dweight[c, j]
-      // += dy[s, c] x(s - K + 1 + j), i.e. acc_w[m] += dy[s] xw[m] with j = K - 1 - m.
-      const int per = (kConvTile + groups - 1) / groups, s_begin = t0 + grp * per;
-      float xw[kConvMaxK];
-#pragma unroll
-      for (int m = 0; m < kConvMaxK; ++m)
-        xw[m] = m < K - 1 && s_begin < s_end ? conv_raw<U>(p, b, s_begin - 1 - m, c) : 0.f;  // as ConvWindow::begin
-      for (int s = s_begin; s < min(s_begin + per, s_end); ++s) {
-        du_of(s);
-#pragma unroll
-        for (int m = kConvMaxK - 1; m > 0; --m) xw[m] = xw[m - 1];
-        xw[0] = conv_raw<U>(p, b, s, c);
-        const float g = dy_s[(s - t0) * D + d];
-        const int lim = p.cu != nullptr ? s - start_s[s - t0] : kConvMaxK;
-#pragma unroll
-        for (int m = 0; m < kConvMaxK; ++m)
-          if (m < K && m <= lim) acc_w[m] = fmaf(g, xw[m], acc_w[m]);
-      }
-#pragma unroll
-      for (int m = 0; m < kConvMaxK; ++m)
-        if (m < K) red_s[(grp * D + d) * K + (K - 1 - m)] = acc_w[m];
-    } else {
-      for (int s = t0 + grp; s < s_end; s += groups) {
-        du_of(s);
-        // dweight[c, j] += dy[s, c] x(s - K + 1 + j): row s's own taps.
-        const float g = dy_s[(s - t0) * D + d];
-        const int start = start_s[s - t0];
-#pragma unroll
-        for (int j = 0; j < kConvMaxK; ++j)
-          if (j < K) acc_w[j] = fmaf(g, conv_input<U>(p, b, s - K + 1 + j, start, c), acc_w[j]);
-      }
+    for (int s = t0 + grp; s < s_end; s += groups) {
+      du_of(s);
+      // dweight[c, j] += dy[s, c] x(s - K + 1 + j): row s's own taps.
+      const float g = dy_s[(s - t0) * D + d];
+      const int start = start_s[s - t0];
 #pragma unroll
       for (int j = 0; j < kConvMaxK; ++j)
-        if (j < K) red_s[(grp * D + d) * K + j] = acc_w[j];
+        if (j < K) acc_w[j] = fmaf(g, conv_input<U>(p, b, s - K + 1 + j, start, c), acc_w[j]);
     }
+#pragma unroll
+    for (int j = 0; j < kConvMaxK; ++j)
+      if (j < K) red_s[(grp * D + d) * K + j] = acc_w[j];
   }
   __syncthreads();
   // The groups' partials added in group order, one [D, K] block per CTA.

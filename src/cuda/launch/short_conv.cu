@@ -7,6 +7,7 @@
 #include "common/short_conv.h"
 #include "cuda/check.h"
 #include "cuda/kernels/short_conv.cuh"
+#include "cuda/kernels/short_conv_vec.cuh"
 #include "cuda/plan.h"
 #include "cuda/workspace.h"
 
@@ -43,38 +44,72 @@ void set_varlen(ShortConvParams& p, ConvProblem& pr, const ShortConvW& in, cudaS
   p.num_seqs = static_cast<int>(n);
 }
 
-// The kernel instance (forward or backward) for u's and weight's dtypes, ceil(D / 32) channels per lane, and the
-// sliding-window form (kWindow: D <= 128; at D = 256 its 128 window and tap registers per lane would spill).
-template <bool kBwd, typename U, typename Wt, int NPL, bool kWindow>
+// The row kernels' instance (forward or backward) for u's and weight's dtypes and ceil(D / 32) channels per lane.
+template <bool kBwd, typename U, typename Wt, int NPL>
 void* kernel_of() {
-  return kBwd ? reinterpret_cast<void*>(short_conv_w_bwd_kernel<U, Wt, NPL, kWindow>)
-              : reinterpret_cast<void*>(short_conv_w_fwd_kernel<U, Wt, NPL, kWindow>);
+  return kBwd ? reinterpret_cast<void*>(short_conv_w_bwd_kernel<U, Wt, NPL>)
+              : reinterpret_cast<void*>(short_conv_w_fwd_kernel<U, Wt, NPL>);
 }
 template <bool kBwd, typename U, typename Wt>
-void* by_lanes(int D, bool window) {
-  if (D <= 32) return window ? kernel_of<kBwd, U, Wt, 1, true>() : kernel_of<kBwd, U, Wt, 1, false>();
-  if (D <= 64) return window ? kernel_of<kBwd, U, Wt, 2, true>() : kernel_of<kBwd, U, Wt, 2, false>();
-  if (D <= 128) return window ? kernel_of<kBwd, U, Wt, 4, true>() : kernel_of<kBwd, U, Wt, 4, false>();
-  return kernel_of<kBwd, U, Wt, 8, false>();
+void* by_lanes(int D) {
+  if (D <= 32) return kernel_of<kBwd, U, Wt, 1>();
+  if (D <= 64) return kernel_of<kBwd, U, Wt, 2>();
+  if (D <= 128) return kernel_of<kBwd, U, Wt, 4>();
+  return kernel_of<kBwd, U, Wt, 8>();
+}
+// The vector form's (kernels/short_conv_vec.cuh) for D / 8 lanes per head.
+template <bool kBwd, typename U, typename Wt, int DL>
+void* vec_kernel_of() {
+  return kBwd ? reinterpret_cast<void*>(short_conv_w_bwd_vec_kernel<U, Wt, DL>)
+              : reinterpret_cast<void*>(short_conv_w_fwd_vec_kernel<U, Wt, DL>);
+}
+template <bool kBwd, typename U, typename Wt>
+void* by_head_lanes(int D) {
+  switch (D) {
+    case 8: return vec_kernel_of<kBwd, U, Wt, 1>();
+    case 16: return vec_kernel_of<kBwd, U, Wt, 2>();
+    case 32: return vec_kernel_of<kBwd, U, Wt, 4>();
+    case 64: return vec_kernel_of<kBwd, U, Wt, 8>();
+    case 128: return vec_kernel_of<kBwd, U, Wt, 16>();
+    default: return vec_kernel_of<kBwd, U, Wt, 32>();  // 256 (vec_form)
+  }
+}
+template <bool kBwd, typename U, typename Wt>
+void* by_form(int D, bool vec) {
+  return vec ? by_head_lanes<kBwd, U, Wt>(D) : by_lanes<kBwd, U, Wt>(D);
 }
 template <bool kBwd, typename U>
-void* by_weight(DType wt, int D, bool window) {
-  return wt == DType::f32 ? by_lanes<kBwd, U, float>(D, window) : by_lanes<kBwd, U, U>(D, window);
+void* by_weight(DType wt, int D, bool vec) {
+  return wt == DType::f32 ? by_form<kBwd, U, float>(D, vec) : by_form<kBwd, U, U>(D, vec);
 }
 template <bool kBwd>
-void* pick(DType u, DType wt, int D, bool window) {
+void* pick(DType u, DType wt, int D, bool vec) {
   switch (u) {
-    case DType::bf16: return by_weight<kBwd, __nv_bfloat16>(wt, D, window);
-    case DType::f16: return by_weight<kBwd, __half>(wt, D, window);
-    default: return by_lanes<kBwd, float, float>(D, window);
+    case DType::bf16: return by_weight<kBwd, __nv_bfloat16>(wt, D, vec);
+    case DType::f16: return by_weight<kBwd, __half>(wt, D, vec);
+    default: return by_form<kBwd, float, float>(D, vec);
   }
 }
 
-// PATHATTN_SHORT_CONV=window: the sliding-window kernels (kernels/short_conv.cuh ConvWindow; written after the
-// device time was spent, so opt-in until measured: docs/perf/notes.md); rows (default): a row per warp.
-bool use_window(int D) {
-  static const bool on = env::choice("PATHATTN_SHORT_CONV", {"rows", "window"}, "rows") == "window";
-  return on && D <= 128;
+// A row of 8 channels at (i0, i1, i2) of a view whose last stride is 1 starts 16-byte aligned for every index.
+bool rows_of_8(const void* data, int64_t s0, int64_t s1, int64_t s2, int64_t last, int elem) {
+  return last == 1 && (reinterpret_cast<uintptr_t>(data) % 16) == 0 && (s0 * elem) % 16 == 0 &&
+         (s1 * elem) % 16 == 0 && (s2 * elem) % 16 == 0;
+}
+
+// Whether a call takes the vector form (kernels/short_conv_vec.cuh): PATHATTN_SHORT_CONV=vec (opt-in until it has
+// run on a GPU: docs/perf/notes.md; rows, the default: the row kernels), and what the form needs: D in {8, 16, 32,
+// 64, 128, 256}, K <= kVecMaxK, no state (nor dstate), and rows of 8 contiguous, 16-byte aligned channels in u and
+// w (forward), u, dw and du (backward). Any other call takes the row kernels.
+bool vec_form(const ShortConvParams& p, DType u_dt, bool backward) {
+  static const bool on = env::choice("PATHATTN_SHORT_CONV", {"rows", "vec"}, "rows") == "vec";
+  const bool d_ok = p.D == 8 || p.D == 16 || p.D == 32 || p.D == 64 || p.D == 128 || p.D == 256;
+  if (!on || !d_ok || p.K > kVecMaxK || p.state != nullptr || p.dstate != nullptr) return false;
+  const int ue = u_dt == DType::f32 ? 4 : 2;
+  // the channel stride is 1, so the channel offset c0 (a multiple of 8) keeps the alignment
+  if (!rows_of_8(p.u, p.u_b, p.u_t, 0, p.u_c, ue)) return false;
+  if (!backward) return rows_of_8(p.w, p.w_b, p.w_t, p.w_h, p.w_d, 4);
+  return rows_of_8(p.dw, p.dw_b, p.dw_t, p.dw_h, p.dw_d, 4) && rows_of_8(p.du, p.du_b, p.du_t, 0, p.du_c, ue);
 }
 
 void launch(void* kernel, dim3 grid, int smem, ShortConvParams& p, cudaStream_t stream, const char* name) {
@@ -95,10 +130,11 @@ void short_conv_w(const ConvProblem& pr_in, const ShortConvW& in, const TensorVi
   p.w = static_cast<float*>(w.data);
   p.w_b = w.strides[0], p.w_t = w.strides[1], p.w_h = w.strides[2], p.w_d = w.strides[3];
   if (pr.B == 0 || pr.T == 0) return;
-  const bool window = use_window(p.D);
-  const int rows_per_cta = window ? kConvWarpRows * (kConvThreads / 32) : kConvRowsFwd;
-  const dim3 grid((p.T + rows_per_cta - 1) / rows_per_cta, p.H, p.B);
-  launch(pick<false>(in.u.dtype, in.weight.dtype, p.D, window), grid, 0, p, stream, "short_conv_w_fwd_kernel");
+  const bool vec = vec_form(p, in.u.dtype, false);
+  const dim3 grid = vec ? dim3((p.C / kVecCh + kVecGroups - 1) / kVecGroups, (p.T + kVecCtaRows - 1) / kVecCtaRows, p.B)
+                        : dim3((p.T + kConvRowsFwd - 1) / kConvRowsFwd, p.H, p.B);
+  launch(pick<false>(in.u.dtype, in.weight.dtype, p.D, vec), grid, 0, p, stream,
+         vec ? "short_conv_w_fwd_vec_kernel" : "short_conv_w_fwd_kernel");
 }
 
 void short_conv_w_backward(const ConvProblem& pr_in, const ShortConvW& in, const TensorView& dw, const TensorView& du,
@@ -119,6 +155,10 @@ void short_conv_w_backward(const ConvProblem& pr_in, const ShortConvW& in, const
   p.dweight = static_cast<float*>(dweight.data);
   p.dwt_c = dweight.strides[0], p.dwt_k = dweight.strides[1];
 
+  // The weight partials: one per (batch row, 64-row tile) for the row kernels, per (batch row, 128-row CTA) for
+  // the vector form.
+  const bool vec = vec_form(p, in.u.dtype, true);
+  if (vec) p.tiles = std::max(1, (p.T + kVecCtaRows - 1) / kVecCtaRows);
   Workspace ws;
   const int partial = ws.add("short_conv_partial", static_cast<std::size_t>(p.B) * p.tiles * p.C * p.K * sizeof(float));
   Inputs alloc;  // only its cuda_workspace is read
@@ -126,9 +166,12 @@ void short_conv_w_backward(const ConvProblem& pr_in, const ShortConvW& in, const
   ws.acquire(alloc, in.u.device_index, stream);
   p.partial = ws.ptr<float>(partial);
   // T = 0 still runs one tile per batch row: it writes dstate's zeros and zero partials.
-  if (p.B > 0)
-    launch(pick<true>(in.u.dtype, in.weight.dtype, p.D, use_window(p.D)), dim3(p.tiles, p.H, p.B),
-           conv_bwd_smem_bytes(p.D, p.K), p, stream, "short_conv_w_bwd_kernel");
+  if (p.B > 0 && vec)
+    launch(pick<true>(in.u.dtype, in.weight.dtype, p.D, true),
+           dim3((p.C / kVecCh + kVecGroups - 1) / kVecGroups, p.tiles, p.B), 0, p, stream, "short_conv_w_bwd_vec_kernel");
+  else if (p.B > 0)
+    launch(pick<true>(in.u.dtype, in.weight.dtype, p.D, false), dim3(p.tiles, p.H, p.B), conv_bwd_smem_bytes(p.D, p.K),
+           p, stream, "short_conv_w_bwd_kernel");
   const int n = p.C * p.K;
   launch(reinterpret_cast<void*>(&short_conv_w_dweight_kernel), dim3((n + kConvThreads - 1) / kConvThreads), 0, p, stream,
          "short_conv_w_dweight_kernel");
