@@ -48,23 +48,21 @@ __device__ __forceinline__ void store8(float* p, const float (&x)[8]) {
   reinterpret_cast<float4*>(p)[0] = make_float4(x[0], x[1], x[2], x[3]);
   reinterpret_cast<float4*>(p)[1] = make_float4(x[4], x[5], x[6], x[7]);
 }
-__device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&x)[8]) {
+template <typename T2, typename F>
+__device__ __forceinline__ uint4 pack8(const float (&x)[8], F from_floats) {
   uint32_t w[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
+    const T2 h = from_floats(x[2 * i], x[2 * i + 1]);
     w[i] = *reinterpret_cast<const uint32_t*>(&h);
   }
-  *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+__device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&x)[8]) {
+  *reinterpret_cast<uint4*>(p) = pack8<__nv_bfloat162>(x, [](float a, float b) { return __floats2bfloat162_rn(a, b); });
 }
 __device__ __forceinline__ void store8(__half* p, const float (&x)[8]) {
-  uint32_t w[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const __half2 h = __floats2half2_rn(x[2 * i], x[2 * i + 1]);
-    w[i] = *reinterpret_cast<const uint32_t*>(&h);
-  }
-  *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+  *reinterpret_cast<uint4*>(p) = pack8<__half2>(x, [](float a, float b) { return __floats2half2_rn(a, b); });
 }
 
 // The sum over a head's DL lanes (aligned groups of DL consecutive lanes; every lane of the warp takes part).
