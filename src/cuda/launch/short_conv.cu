@@ -112,6 +112,11 @@ bool vec_form(const ShortConvParams& p, DType u_dt, bool backward) {
   return rows_of_8(p.dw, p.dw_b, p.dw_t, p.dw_h, p.dw_d, 4) && rows_of_8(p.du, p.du_b, p.du_t, 0, p.du_c, ue);
 }
 
+// The vector form's grid: 32 channel groups x kVecCtaRows rows per CTA, a batch row per z.
+dim3 vec_grid(const ShortConvParams& p) {
+  return dim3((p.C / kVecCh + kVecGroups - 1) / kVecGroups, std::max(1, (p.T + kVecCtaRows - 1) / kVecCtaRows), p.B);
+}
+
 void launch(void* kernel, dim3 grid, int smem, ShortConvParams& p, cudaStream_t stream, const char* name) {
   if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   void* args[] = {&p};
@@ -131,8 +136,7 @@ void short_conv_w(const ConvProblem& pr_in, const ShortConvW& in, const TensorVi
   p.w_b = w.strides[0], p.w_t = w.strides[1], p.w_h = w.strides[2], p.w_d = w.strides[3];
   if (pr.B == 0 || pr.T == 0) return;
   const bool vec = vec_form(p, in.u.dtype, false);
-  const dim3 grid = vec ? dim3((p.C / kVecCh + kVecGroups - 1) / kVecGroups, (p.T + kVecCtaRows - 1) / kVecCtaRows, p.B)
-                        : dim3((p.T + kConvRowsFwd - 1) / kConvRowsFwd, p.H, p.B);
+  const dim3 grid = vec ? vec_grid(p) : dim3((p.T + kConvRowsFwd - 1) / kConvRowsFwd, p.H, p.B);
   launch(pick<false>(in.u.dtype, in.weight.dtype, p.D, vec), grid, 0, p, stream,
          vec ? "short_conv_w_fwd_vec_kernel" : "short_conv_w_fwd_kernel");
 }
@@ -158,7 +162,7 @@ void short_conv_w_backward(const ConvProblem& pr_in, const ShortConvW& in, const
   // The weight partials: one per (batch row, 64-row tile) for the row kernels, per (batch row, 128-row CTA) for
   // the vector form.
   const bool vec = vec_form(p, in.u.dtype, true);
-  if (vec) p.tiles = std::max(1, (p.T + kVecCtaRows - 1) / kVecCtaRows);
+  if (vec) p.tiles = static_cast<int>(vec_grid(p).y);
   Workspace ws;
   const int partial = ws.add("short_conv_partial", static_cast<std::size_t>(p.B) * p.tiles * p.C * p.K * sizeof(float));
   Inputs alloc;  // only its cuda_workspace is read
@@ -167,8 +171,7 @@ void short_conv_w_backward(const ConvProblem& pr_in, const ShortConvW& in, const
   p.partial = ws.ptr<float>(partial);
   // T = 0 still runs one tile per batch row: it writes dstate's zeros and zero partials.
   if (p.B > 0 && vec)
-    launch(pick<true>(in.u.dtype, in.weight.dtype, p.D, true),
-           dim3((p.C / kVecCh + kVecGroups - 1) / kVecGroups, p.tiles, p.B), 0, p, stream, "short_conv_w_bwd_vec_kernel");
+    launch(pick<true>(in.u.dtype, in.weight.dtype, p.D, true), vec_grid(p), 0, p, stream, "short_conv_w_bwd_vec_kernel");
   else if (p.B > 0)
     launch(pick<true>(in.u.dtype, in.weight.dtype, p.D, false), dim3(p.tiles, p.H, p.B), conv_bwd_smem_bytes(p.D, p.K),
            p, stream, "short_conv_w_bwd_kernel");
