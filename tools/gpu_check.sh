@@ -173,7 +173,7 @@ if [ "$MODE" = model ]; then
   echo "==== summary"; cat "$SUMMARY"; exit 0
 fi
 
-BUILD_TARGETS="test_cuda_forward test_cuda_backward test_cuda_decode test_cuda_short_conv bench_fwd bench_decode_cuda"
+BUILD_TARGETS="test_cuda_forward test_cuda_backward test_cuda_decode test_cuda_short_conv bench_fwd bench_decode_cuda bench_short_conv_cuda"
 [ "$MODE" = ab ] && [ "${AB_TESTS:-0}" != 1 ] && BUILD_TARGETS=bench_fwd
 [ "$MODE" = turns ] && BUILD_TARGETS="bench_fwd test_cuda_backward"
 t0=$(date +%s)
@@ -221,6 +221,14 @@ if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ] || [ "$MODE" =
     note "test_cuda_short_conv, PATHATTN_SHORT_CONV=vec: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_short_conv_vec.log" | tr '\n' ' ')"
     grep -E "Failure|want|Google Test trace|^/.*:[0-9]+: " "$OUT/tests_short_conv_vec.log" | head -12 | tee -a "$SUMMARY"
     PATHATTN_SHORT_CONV=vec sanitize short_conv_vec build-gpu/tests/cuda/test_cuda_short_conv 'CudaShortConv.*' 300
+  fi
+  # ... and its two forms timed without torch (a few seconds each).
+  if [ -x build-gpu/bench/cuda/bench_short_conv_cuda ]; then
+    for sc in rows vec; do
+      PATHATTN_SHORT_CONV=$sc timeout 120 build-gpu/bench/cuda/bench_short_conv_cuda > "$OUT/bench_short_conv_$sc.log" 2>&1
+      note "bench_short_conv_cuda, PATHATTN_SHORT_CONV=$sc: rc=$?"
+      grep -E '^#|^\|' "$OUT/bench_short_conv_$sc.log" | tee -a "$SUMMARY"
+    done
   fi
   # Per-case errors (o / lse / kcache against the f64 reference and the low-precision baseline), one run.
   if [ "${SKIP_ERRLOG:-0}" != 1 ]; then
