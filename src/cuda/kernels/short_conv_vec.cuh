@@ -143,13 +143,18 @@ __global__ void __launch_bounds__(kConvThreads) short_conv_w_fwd_vec_kernel(Shor
   // x[m] holds position t - 1 - m before row t's shift (the first row's K - 1 earlier positions).
 #pragma unroll
   for (int m = 0; m < kVecMaxK; ++m) vec_input<U>(p, v, m < p.K - 1 ? v.t_begin - 1 - m : -1, x[m]);
+  // The next row's input is loaded one row ahead, so that a warp has it in flight while it computes this row.
+  float next[8];
+  vec_input<U>(p, v, v.t_begin, next);
   for (int r = 0; r < kVecRows; ++r) {
     const int t = v.t_begin + r;
 #pragma unroll
     for (int m = kVecMaxK - 1; m > 0; --m)
 #pragma unroll
       for (int i = 0; i < 8; ++i) x[m][i] = x[m - 1][i];
-    vec_input<U>(p, v, t, x[0]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[0][i] = next[i];
+    if (r + 1 < kVecRows) vec_input<U>(p, v, t + 1, next);
     float y[8], a[8], norm;
     const float n = vec_row<DL>(p, tap, x, t < p.T ? vec_lim(p, t) : 0, y, a, &norm);
     if (v.live && t < p.T) {
@@ -187,16 +192,29 @@ __global__ void __launch_bounds__(kConvThreads) short_conv_w_bwd_vec_kernel(Shor
 #pragma unroll
       for (int i = 0; i < 8; ++i) dyw[m][i] = 0.f;
     }
-    for (int t = t_top; t >= v.t_begin; --t) {
-      // dy of row t (Eq. 46): the forward's y and a recomputed, dw's row, the norm's backward.
-      const int lim = vec_lim(p, t);
-      float y[8], a[8], norm, g[8], dy[8];
-      const float n = vec_row<DL>(p, tap, x, lim, y, a, &norm);
+    // dw's row and the next input position, loaded one row ahead (in flight while the row computes).
+    auto load_dw = [&](int t, float (&g)[8]) {
       if (v.live)
         load8(p.dw + v.b * p.dw_b + static_cast<int64_t>(t) * p.dw_t + v.h * p.dw_h + v.d0, g);
       else
 #pragma unroll
         for (int i = 0; i < 8; ++i) g[i] = 0.f;
+    };
+    float g_next[8], nx[8];
+    load_dw(t_top, g_next);
+    vec_input<U>(p, v, t_top - K, nx);
+    for (int t = t_top; t >= v.t_begin; --t) {
+      // dy of row t (Eq. 46): the forward's y and a recomputed, dw's row, the norm's backward.
+      float g[8], nx_t[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) g[i] = g_next[i], nx_t[i] = nx[i];
+      if (t > v.t_begin) {
+        load_dw(t - 1, g_next);
+        vec_input<U>(p, v, t - 1 - K, nx);
+      }
+      const int lim = vec_lim(p, t);
+      float y[8], a[8], norm, dy[8];
+      const float n = vec_row<DL>(p, tap, x, lim, y, a, &norm);
       float wdw = 0.f;
 #pragma unroll
       for (int i = 0; i < 8; ++i) wdw = fmaf(a[i] / n, g[i], wdw);
@@ -237,12 +255,10 @@ __global__ void __launch_bounds__(kConvThreads) short_conv_w_bwd_vec_kernel(Shor
             for (int i = 0; i < 8; ++i) acc[m][i] = fmaf(dy[i], x[m][i], acc[m][i]);
       }
       // Down one row: x[m] <- position t - 1 - m (x[K - 1] the one new position, t - K; zeros above it).
-      float nx[8];
-      vec_input<U>(p, v, t - K, nx);
 #pragma unroll
       for (int m = 0; m < kVecMaxK; ++m)
 #pragma unroll
-        for (int i = 0; i < 8; ++i) x[m][i] = m == K - 1 ? nx[i] : m + 1 < kVecMaxK ? x[m + 1][i] : 0.f;
+        for (int i = 0; i < 8; ++i) x[m][i] = m == K - 1 ? nx_t[i] : m + 1 < kVecMaxK ? x[m + 1][i] : 0.f;
     }
   }
   // The runs' partials added in run order, one [channels, K] block per CTA (zeros for runs past T).
