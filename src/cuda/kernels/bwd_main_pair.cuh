@@ -34,7 +34,8 @@
 // that ran the last step's tail, so that the other reaches the next step first and issues its copies. The turns
 // of the deterministic mode are taken warp by warp (warp_wait_turn below), in the order of the task list (plan.cu:
 // blocks of a (sequence, head) pair from the last to the first): block c0 adds to dQ^_m after the (m - 1 - c0) / 2
-// blocks that start above it, to dP_j after (j - 1 - c0) / 2.
+// blocks that start above it, to dP_j after (j - 1 - c0) / 2; and passed late, at the warp's next step's products
+// (defer_pass below: the fence before a pass was most of what the turns cost).
 //
 // Loads: Q^ and dO^ (bwd_prep's padded chunk tiles, so rows past a chunk's end are zeros and every tile is a plain
 // 2-D box), lse2, delta and the gate rows of the next (query chunk, head) step go by TMA into the other of two stages
