@@ -112,11 +112,11 @@ __device__ __forceinline__ float conv_row(const ShortConvParams& p, int b, int t
 
 template <typename U, typename Wt, int NPL>
 __global__ void __launch_bounds__(kConvThreads) short_conv_w_fwd_kernel(ShortConvParams p) {
-  const int h = blockIdx.y, b = blockIdx.z, lane = threadIdx.x % 32;
-  const int t = blockIdx.x * kConvRowsFwd + threadIdx.x / 32;
+  const int t = blockIdx.x * kConvRowsFwd + threadIdx.x / 32, h = blockIdx.y, b = blockIdx.z;
   if (t >= p.T) return;  // warp-uniform
   float y[NPL], a[NPL], norm;
   const float n = conv_row<U, Wt, NPL>(p, b, t, h, y, a, &norm);
+  const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int i = 0; i < NPL; ++i) {
     const int d = lane + 32 * i;
@@ -140,11 +140,17 @@ __global__ void __launch_bounds__(kConvThreads) short_conv_w_bwd_kernel(ShortCon
   int* start_s = reinterpret_cast<int*>(smem + rows * D);       // [rows]
   float* red_s = smem + rows * D + rows;                        // [groups][D][K]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  constexpr int kWarps = kConvThreads / 32;
 
-  // 1. dy of rows t0 .. t0 + rows - 1 (zero past T), Eq. 46, rows strided over the warps.
-  auto dy_row = [&](int r, float (&y)[NPL], float (&a)[NPL], float n, float norm) {
+  // 1. dy of rows t0 .. t0 + rows - 1 (zero past T), Eq. 46.
+  for (int r = warp; r < rows; r += kConvThreads / 32) {
     const int t = t0 + r;
+    if (t >= p.T) {
+      for (int d = lane; d < D; d += 32) dy_s[r * D + d] = 0.f;
+      if (lane == 0) start_s[r] = p.T;
+      continue;
+    }
+    float y[NPL], a[NPL], norm;
+    const float n = conv_row<U, Wt, NPL>(p, b, t, h, y, a, &norm);
     float g[NPL], wdw = 0.f;
 #pragma unroll
     for (int i = 0; i < NPL; ++i) {
@@ -159,23 +165,9 @@ __global__ void __launch_bounds__(kConvThreads) short_conv_w_bwd_kernel(ShortCon
       const int d = lane + 32 * i;
       if (d >= D) continue;
       const float da = clamped ? g[i] / p.eps : (g[i] - a[i] / n * wdw) / n;
-      const float sg = 1.f / (1.f + __expf(-y[i]));
-      dy_s[r * D + d] = da * sg * (1.f + y[i] * (1.f - sg));
+      const float s = 1.f / (1.f + __expf(-y[i]));
+      dy_s[r * D + d] = da * s * (1.f + y[i] * (1.f - s));
     }
-  };
-  auto zero_row = [&](int r) {
-    for (int d = lane; d < D; d += 32) dy_s[r * D + d] = 0.f;
-    if (lane == 0) start_s[r] = p.T;
-  };
-  float y[NPL], a[NPL], norm;
-  for (int r = warp; r < rows; r += kWarps) {
-    const int t = t0 + r;
-    if (t >= p.T) {
-      zero_row(r);
-      continue;
-    }
-    const float n = conv_row<U, Wt, NPL>(p, b, t, h, y, a, &norm);
-    dy_row(r, y, a, n, norm);
     if (lane == 0) start_s[r] = conv_seq_start(p, t);
   }
   __syncthreads();
@@ -189,7 +181,7 @@ __global__ void __launch_bounds__(kConvThreads) short_conv_w_bwd_kernel(ShortCon
     wt[j] = grp < groups && j < K ? conv_weight<Wt>(p, c, j) : 0.f;
   }
   if (grp < groups) {
-    auto du_of = [&](int s) {  // du (or dstate) of position s: sum_j weight[c, j] dy[s + K - 1 - j], Eq. 46
+    auto row = [&](int s) {  // du (or dstate) of position s, and row s's weight partials
       float acc = 0.f;
 #pragma unroll
       for (int j = 0; j < kConvMaxK; ++j) {
@@ -197,25 +189,23 @@ __global__ void __launch_bounds__(kConvThreads) short_conv_w_bwd_kernel(ShortCon
         if (j >= K || t < 0 || t >= p.T || (s >= 0 && start_s[t - t0] > s)) continue;  // s < 0: the state
         acc = fmaf(wt[j], dy_s[(t - t0) * D + d], acc);
       }
-      if (s >= 0)
+      if (s >= 0) {
         static_cast<U*>(p.du)[b * p.du_b + s * p.du_t + c * p.du_c] = conv_from_f32<U>(acc);
-      else
+        // dweight[c, j] += dy[s, c] x(s - K + 1 + j): row s's own taps.
+        const float g = dy_s[(s - t0) * D + d];
+        const int start = start_s[s - t0];
+#pragma unroll
+        for (int j = 0; j < kConvMaxK; ++j)
+          if (j < K) acc_w[j] = fmaf(g, conv_input<U>(p, b, s - K + 1 + j, start, c), acc_w[j]);
+      } else {
         static_cast<U*>(p.dstate)[b * p.ds_b + (K - 1 + s) * p.ds_t + c * p.ds_c] = conv_from_f32<U>(acc);
+      }
     };
     // The state's positions s < 0 (first tile, when dstate is asked for) apart from the tile's rows, so that the
     // rows' assignment to groups, and with it the order of the weight sums, is the same either way.
     if (tile == 0 && p.dstate != nullptr)
-      for (int s = -(K - 1) + grp; s < 0; s += groups) du_of(s);
-    const int s_end = min(t0 + kConvTile, p.T);
-    for (int s = t0 + grp; s < s_end; s += groups) {
-      du_of(s);
-      // dweight[c, j] += dy[s, c] x(s - K + 1 + j): row s's own taps.
-      const float g = dy_s[(s - t0) * D + d];
-      const int start = start_s[s - t0];
-#pragma unroll
-      for (int j = 0; j < kConvMaxK; ++j)
-        if (j < K) acc_w[j] = fmaf(g, conv_input<U>(p, b, s - K + 1 + j, start, c), acc_w[j]);
-    }
+      for (int s = -(K - 1) + grp; s < 0; s += groups) row(s);
+    for (int s = t0 + grp; s < min(t0 + kConvTile, p.T); s += groups) row(s);
 #pragma unroll
     for (int j = 0; j < kConvMaxK; ++j)
       if (j < K) red_s[(grp * D + d) * K + j] = acc_w[j];
