@@ -213,14 +213,15 @@ if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ] || [ "$MODE" =
   note "gpu tests: $(grep -E 'tests passed|tests failed' "$OUT/tests.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
   grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess)" "$OUT/tests.log" | head -20 | tee -a "$SUMMARY"
   # The fused short convolution of w (kernels/short_conv.cuh): small cases, so both sanitizers run with the tests.
-  # Then its vector form (PATHATTN_SHORT_CONV=vec, kernels/short_conv_vec.cuh, opt-in until measured; the cases it
-  # does not take run the row kernels either way): the test and both sanitizers.
+  # The vector form (kernels/short_conv_vec.cuh) is the default; then the row kernels for every call
+  # (PATHATTN_SHORT_CONV=rows; the cases the vector form does not take run them either way): the test and both
+  # sanitizers.
   if [ -x build-gpu/tests/cuda/test_cuda_short_conv ]; then
     sanitize short_conv build-gpu/tests/cuda/test_cuda_short_conv 'CudaShortConv.*' 300
-    PATHATTN_SHORT_CONV=vec build-gpu/tests/cuda/test_cuda_short_conv > "$OUT/tests_short_conv_vec.log" 2>&1
-    note "test_cuda_short_conv, PATHATTN_SHORT_CONV=vec: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_short_conv_vec.log" | tr '\n' ' ')"
-    grep -E "Failure|want|Google Test trace|^/.*:[0-9]+: " "$OUT/tests_short_conv_vec.log" | head -12 | tee -a "$SUMMARY"
-    PATHATTN_SHORT_CONV=vec sanitize short_conv_vec build-gpu/tests/cuda/test_cuda_short_conv 'CudaShortConv.*' 300
+    PATHATTN_SHORT_CONV=rows build-gpu/tests/cuda/test_cuda_short_conv > "$OUT/tests_short_conv_rows.log" 2>&1
+    note "test_cuda_short_conv, PATHATTN_SHORT_CONV=rows: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/tests_short_conv_rows.log" | tr '\n' ' ')"
+    grep -E "Failure|want|Google Test trace|^/.*:[0-9]+: " "$OUT/tests_short_conv_rows.log" | head -12 | tee -a "$SUMMARY"
+    PATHATTN_SHORT_CONV=rows sanitize short_conv_rows build-gpu/tests/cuda/test_cuda_short_conv 'CudaShortConv.*' 300
   fi
   # ... and its two forms timed without torch (a few seconds each).
   if [ -x build-gpu/bench/cuda/bench_short_conv_cuda ]; then
@@ -625,7 +626,7 @@ if [ "$MODE" = torch ]; then
     fi
     # The layer's fused w path beside the torch composition it replaced (a few seconds).
     t0=$(date +%s)
-    for sc in rows vec; do  # PATHATTN_SHORT_CONV: the row-per-warp default, the vector form
+    for sc in rows vec; do  # PATHATTN_SHORT_CONV: the row per warp, the vector form (the default)
       PYTHONUNBUFFERED=1 PATHATTN_SHORT_CONV=$sc PATHATTN_LIBRARY=$LIB PYTHONPATH=$ROOT/python timeout 120 \
         python3 bench/cuda/bench_short_conv.py > "$OUT/short_conv_bench.log" 2>&1
       note "bench_short_conv.py, PATHATTN_SHORT_CONV=$sc: rc=$? ($(( $(date +%s) - t0 )) s)"

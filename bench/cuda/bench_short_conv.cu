@@ -1,8 +1,8 @@
 // Times the fused w path (pathattn::short_conv_w and short_conv_w_backward, Backend::cuda; kernels/short_conv.cuh,
 // kernels/short_conv_vec.cuh) without torch: bf16 u, f32 weight, K 4, at the training step's shape and two larger
 // ones; CUDA events, median of --iters runs after a warm-up. Beside each: the bytes each call must move and that
-// rate as a share of a device-to-device copy measured in the same run. The form is PATHATTN_SHORT_CONV's (rows, the
-// default, or vec), read once per process: tools/gpu_check.sh runs this program once per form.
+// rate as a share of a device-to-device copy measured in the same run. The form is PATHATTN_SHORT_CONV's (vec, the
+// default, or rows), read once per process: tools/gpu_check.sh runs this program once per form.
 //   bench_short_conv_cuda [--iters N]
 #include <algorithm>
 #include <cstdio>
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
   CHECK(cudaFree(dst));
   const double copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e6);
   std::printf("# bench_short_conv_cuda on %s, form %s, bf16 u, f32 weight, median of %d; copy ceiling %.0f GB/s\n",
-              prop.name, form ? form : "rows (default)", iters, copy_gbs);
+              prop.name, form ? form : "vec (default)", iters, copy_gbs);
   std::printf("| B x T | H x D | K | fwd ms | bwd ms | fwd GB/s (%% copy) | bwd GB/s (%% copy) |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- |\n");
 

@@ -1,8 +1,9 @@
 // The fused short convolution of w on CUDA (src/cuda/kernels/short_conv.cuh) against the CPU core in float64 on
 // the same (rounded) inputs: w, du, dweight and dstate over head dims 8..256, kernel sizes 1..8, 16-bit and f32
 // inputs, strided u, a state, a packed batch with length-1 sequences, T not a multiple of the 64-row tile, T = 0;
-// untouched guard bands; two backward calls give the same bits. PATHATTN_SHORT_CONV=vec runs the cases the vector
-// form takes (D a power of 2 from 8 to 256, K <= 4, no state, contiguous u) on it (tools/gpu_check.sh runs both).
+// untouched guard bands; two backward calls give the same bits. The cases the vector form takes (D a power of 2 from
+// 8 to 256, K <= 4, no state, contiguous u) run on it by default and on the row kernels with PATHATTN_SHORT_CONV=rows
+// (tools/gpu_check.sh runs both).
 #include <gtest/gtest.h>
 
 #include <algorithm>

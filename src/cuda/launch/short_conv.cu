@@ -97,12 +97,13 @@ bool rows_of_8(const void* data, int64_t s0, int64_t s1, int64_t s2, int64_t las
          (s1 * elem) % 16 == 0 && (s2 * elem) % 16 == 0;
 }
 
-// Whether a call takes the vector form (kernels/short_conv_vec.cuh): PATHATTN_SHORT_CONV=vec (opt-in until it has
-// run on a GPU: docs/perf/notes.md; rows, the default: the row kernels), and what the form needs: D in {8, 16, 32,
-// 64, 128, 256}, K <= kVecMaxK, no state (nor dstate), and rows of 8 contiguous, 16-byte aligned channels in u and
-// w (forward), u, dw and du (backward). Any other call takes the row kernels.
+// Whether a call takes the vector form (kernels/short_conv_vec.cuh), the default since it ran on an H100 (twenty-fifth
+// session, docs/perf/results.md: about 2x the row kernels' rate forward and backward, tests and both sanitizers
+// clean); PATHATTN_SHORT_CONV=rows takes the row kernels for every call (the A/B). What the form needs: D in {8, 16,
+// 32, 64, 128, 256}, K <= kVecMaxK, no state (nor dstate), and rows of 8 contiguous, 16-byte aligned channels in u
+// and w (forward), u, dw and du (backward). Any other call takes the row kernels.
 bool vec_form(const ShortConvParams& p, DType u_dt, bool backward) {
-  static const bool on = env::choice("PATHATTN_SHORT_CONV", {"rows", "vec"}, "rows") == "vec";
+  static const bool on = env::choice("PATHATTN_SHORT_CONV", {"rows", "vec"}, "vec") == "vec";
   const bool d_ok = p.D == 8 || p.D == 16 || p.D == 32 || p.D == 64 || p.D == 128 || p.D == 256;
   if (!on || !d_ok || p.K > kVecMaxK || p.state != nullptr || p.dstate != nullptr) return false;
   const int ue = u_dt == DType::f32 ? 4 : 2;
