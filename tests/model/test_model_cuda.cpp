@@ -2,7 +2,8 @@
 // decode through the op's CUDA decode kernels (the cache on the device, no re-run of the sequence), and their outputs
 // equal the full forward's by FlashAttention's rule against the same model in f64; greedy generation equals the argmax
 // of repeated full forwards (ModelCudaDecode). Training: a step's gradients with PaTH's fast backward equal the
-// deterministic one's to rounding, and a run with torch's deterministic switch repeats bit for bit (ModelCudaTrain).
+// deterministic one's to rounding, every parameter's gradient equals the same model's in f64 by FlashAttention's rule,
+// and a run with torch's deterministic switch repeats bit for bit (ModelCudaTrain).
 // The CUDA cases skip without a CUDA device. Each test also has CPU instances (f32 and bf16 autocast) with the same
 // steps and checks, so that the test's logic runs on a machine without a GPU (./test_model_cuda there).
 #include <gtest/gtest.h>
@@ -261,6 +262,65 @@ TEST_P(ModelCudaTrain, FastBackwardEqualsTheDeterministicOneToRounding) {
       EXPECT_TRUE(torch::equal(fast, det)) << what << ": the CPU backward has one summation order";
     } else {
       EXPECT_LE(rel_err(fast, det), tol::kSummationOrderBf16) << what;
+    }
+  }
+}
+
+// The model's gradients on the device against the same model in f64 on the CPU, parameter by parameter, by
+// FlashAttention's rule: the device's relative error at most kLowPrecisionFactor times that of the same model run on
+// the CPU under bf16 autocast, plus kLowPrecisionAbs. The baseline is bf16 in every case because the CUDA op takes
+// q, k, v in bf16 even in an f32 run (model/path_op.cpp), which the CPU's f32 run does not round; under bf16
+// autocast both round the projections and the op's inputs alike. At T = 200 (four chunks, the last one partial) and
+// T = 10 (one partial chunk: the A5 cells' lengths, where a three-layer PaTH trained far slower than RoPE on the
+// GPU, docs/results/synthetic/README.md). A parameter whose gradient is lost or misrouted on the device fails by
+// O(1) whatever the norms of the others; on the CPU the check runs its logic (bf16: the same run twice).
+TEST_P(ModelCudaTrain, GradientsEqualTheF64Model) {
+  const torch::Device dev = device();
+  for (auto m : {Mechanism::path, Mechanism::path_fox}) {
+    for (int64_t T : {200, 10}) {
+      const std::string what = std::string(mechanism_name(m)) + " on " + dev.str() + ", " +
+                               precision_name(precision()) + ", T " + std::to_string(T);
+      torch::manual_seed(12);
+      const ModelConfig cfg = config(m);
+      Transformer model(cfg), on_cpu(cfg), ref(cfg);
+      sharpen_attention(*model);
+      copy_parameters(*on_cpu, *model);
+      copy_parameters(*ref, *model);
+      model->to(dev);
+      ref->to(torch::kDouble);
+      const auto tokens = torch::randint(0, cfg.vocab, {4, T + 1}, torch::kLong);
+      // Every parameter's gradient by name, in f64 on the CPU, the forward under autocast to `p`.
+      auto grads = [&](Transformer& net, torch::Device d, Precision p) {
+        net->zero_grad();
+        const auto td = tokens.to(d);
+        torch::Tensor loss;
+        {
+          AutocastGuard ac(d, p);
+          auto logits = net->forward(td.narrow(1, 0, T));
+          loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
+                                                      td.narrow(1, 1, T).reshape({-1}));
+        }
+        loss.backward();
+        std::vector<std::pair<std::string, torch::Tensor>> g;
+        for (const auto& p : net->named_parameters())
+          g.emplace_back(p.key(), p.value().grad().detach().to(torch::kCPU, torch::kDouble));
+        return g;
+      };
+      const auto g_dev = grads(model, dev, precision()), g_cpu = grads(on_cpu, torch::kCPU, Precision::bf16);
+      const auto g64 = grads(ref, torch::kCPU, Precision::f32);  // f32: no autocast, the f64 model stays f64
+      ASSERT_EQ(g_dev.size(), g64.size()) << what;
+      ASSERT_EQ(g_cpu.size(), g64.size()) << what;
+      int checked = 0;
+      for (size_t i = 0; i < g64.size(); ++i) {
+        const auto& [name, exact] = g64[i];
+        ASSERT_EQ(g_dev[i].first, name) << what;
+        if (exact.norm().item<double>() == 0.0) continue;  // e.g. the embedding rows of tokens not drawn
+        const double err_dev = rel_err(g_dev[i].second, exact), err_cpu = rel_err(g_cpu[i].second, exact);
+        EXPECT_LE(err_dev, tol::kLowPrecisionFactor * err_cpu + tol::kLowPrecisionAbs)
+            << what << ", " << name << ": the CPU's error under bf16 autocast " << err_cpu;
+        ++checked;
+      }
+      EXPECT_GT(checked, 10) << what;
     }
   }
 }
