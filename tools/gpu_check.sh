@@ -43,6 +43,9 @@
 #          sanitizers on small cases and the determinism tests (SKIP_TESTS=1 skips them), then bench_fwd --bwd --only 64
 #          (and 8 x 4096, H 12) without the turns' fences, waits, or both (PATHATTN_BWD_TIMING_SKIP 512 / 1024 / 1536;
 #          timing only; TURNS_SKIPS picks the values, default 0 512 1024 1536)
+#   fence: the deterministic turns' fence as fence.acq_rel.gpu (PATHATTN_BWD_FENCE=acq_rel) beside the default
+#          fence.sc.gpu: test_cuda_backward (not Long) and its sanitizers with it, the MEMBARs each compiles to, then
+#          bench_fwd --bwd at D = 64, 128 and the step's shape alternating the two (FENCE_ROUNDS, default 2)
 #   pair:  the D = 64 main backward kernel (kernels/bwd_main_pair.cuh): test_cuda_backward (the T = 16384 case too),
 #          its case table in the fast mode too (PATHATTN_TEST_BWD_FAST=1), memcheck + racecheck on small cases in both
 #          modes, then bench_fwd --bwd --only 64 with stage times for the mma.sync kernel (PATHATTN_BWD_MAIN=mma) and
@@ -192,6 +195,7 @@ fi
 BUILD_TARGETS="test_cuda_forward test_cuda_backward test_cuda_decode test_cuda_short_conv bench_fwd bench_decode_cuda bench_short_conv_cuda"
 [ "$MODE" = ab ] && [ "${AB_TESTS:-0}" != 1 ] && BUILD_TARGETS=bench_fwd
 [ "$MODE" = turns ] && BUILD_TARGETS="bench_fwd test_cuda_backward"
+[ "$MODE" = fence ] && BUILD_TARGETS="bench_fwd test_cuda_backward"
 t0=$(date +%s)
 if [ "$MODE" != torch ] && ! { cmake -S . -B build-gpu -DPATHATTN_TORCH=OFF -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=ON -DPATHATTN_BENCH=ON -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) \
          "${PREFIX_ARGS[@]}" && make -C build-gpu -j16 $BUILD_TARGETS; } > "$OUT/build.log" 2>&1; then
@@ -475,6 +479,32 @@ if [ "$MODE" = turns ]; then
     PATHATTN_BWD_TIMING_SKIP=$skip PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --iters 5 \
       --shape 8,4096,12,64 > "$OUT/bench_turns_step_$skip.log" 2>&1
     python3 tools/bench_stages.py "$OUT/bench_turns_step_$skip.log" | tee -a "$SUMMARY"
+  done
+fi
+if [ "$MODE" = fence ]; then
+  # The turns' fence as fence.acq_rel.gpu (PATHATTN_BWD_FENCE=acq_rel, bwd_tiles.cuh TurnFence) against the default
+  # fence.sc.gpu: the backward tests with it (the determinism tests' bit-identical repeats among them, D = 64 and
+  # 128), racecheck and memcheck on the small D = 64 cases and the determinism tests, which MEMBAR each form
+  # compiles to, then bench_fwd --bwd at D = 64 and 128 and the training step's shape, alternating the two forms
+  # (FENCE_ROUNDS rounds, default 2).
+  if [ "${SKIP_TESTS:-0}" != 1 ]; then
+    PATHATTN_BWD_FENCE=acq_rel tests_bwd fence_acq_rel --gtest_filter=-Long/*
+    PATHATTN_BWD_FENCE=acq_rel sanitize fence_acq_rel build-gpu/tests/cuda/test_cuda_backward "$SMALL_BWD64:CudaBackwardDeterminism.*" 300
+  fi
+  if command -v cuobjdump >/dev/null; then
+    note "MEMBAR / FENCE instructions in bench_fwd's bwd_main kernels: $(cuobjdump -sass build-gpu/bench/cuda/bench_fwd 2>/dev/null |
+      awk '/Function : .*bwd_main/{f=1} /Function : /&&!/bwd_main/{f=0} f' | grep -oE 'MEMBAR[A-Z0-9_.]*|FENCE[A-Z0-9_.]*' |
+      sort | uniq -c | tr '\n' ' ')"
+  fi
+  for round in $(seq 1 ${FENCE_ROUNDS:-2}); do
+    for f in sc acq_rel; do
+      for args in "--only 64" "--only 128" "--shape 8,4096,12,64"; do
+        PATHATTN_BWD_FENCE=$f PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --iters 5 $args \
+          > "$OUT/bench_fence.log" 2>&1
+        note "round $round, PATHATTN_BWD_FENCE=$f, bench_fwd --bwd $args: rc=$?"
+        python3 tools/bench_stages.py "$OUT/bench_fence.log" | grep -v '^==' | tee -a "$SUMMARY"
+      done
+    done
   done
 fi
 if [ "$MODE" = pair ]; then

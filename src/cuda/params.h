@@ -118,6 +118,9 @@ struct BwdParams : FwdParams {
   // Per resident chunk-local CTA: f32 scratch tiles (kernels/bwd_local.cuh).
   float* local_scratch; // [num_local_slots, kLocalTiles, C, D]
   bool deterministic;
+  // The fence before a deterministic turn is passed (the wgmma main kernels; bwd_tiles.cuh TurnFence): false,
+  // fence.sc.gpu (__threadfence, measured); true, fence.acq_rel.gpu (env PATHATTN_BWD_FENCE=acq_rel, api.cu; unrun).
+  bool turn_fence_acq_rel;
   // Timing experiments only (wrong gradients; env PATHATTN_BWD_TIMING_SKIP, api.cu): bits that make the wgmma main
   // kernel leave a stage out, so that its cost is the time difference (docs/perf/notes.md). 1: the dQ^ atomics,
   // 2: the dP atomics, 4: phase 1's products, 8: the dQ^ product and its atomics; and the chunk-local kernel:

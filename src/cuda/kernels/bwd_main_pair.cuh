@@ -97,12 +97,12 @@ __device__ __forceinline__ void warp_wait_turn(const int* counter, int turn, int
 __device__ __forceinline__ int* held_pass(int* const* held, int i) {
   return reinterpret_cast<int*>(__shfl_sync(0xffffffffu, static_cast<long long>(reinterpret_cast<uintptr_t>(held[i])), 0));
 }
-// fence = false: timing only (PATHATTN_BWD_TIMING_SKIP 512, params.h).
-__device__ __forceinline__ void flush_passes(int** held, bool fence) {
+// fence: TurnFence (bwd_tiles.cuh; kNone: timing only).
+__device__ __forceinline__ void flush_passes(int** held, TurnFence fence) {
   int* c0 = held_pass(held, 0);
   if (c0 == nullptr) return;
   int* c1 = held_pass(held, 1);
-  if (fence) __threadfence();
+  turn_fence(fence);
   __syncwarp();
   if (threadIdx.x % 32 == 0) {
     atomicAdd(c0, 1);
@@ -111,7 +111,7 @@ __device__ __forceinline__ void flush_passes(int** held, bool fence) {
   }
   __syncwarp();
 }
-__device__ __forceinline__ void defer_pass(int** held, int* counter, bool fence) {
+__device__ __forceinline__ void defer_pass(int** held, int* counter, TurnFence fence) {
   if (held_pass(held, 1) != nullptr) flush_passes(held, fence);
   const int i = held_pass(held, 0) == nullptr ? 0 : 1;
   __syncwarp();
@@ -191,7 +191,7 @@ __global__ void __launch_bounds__(256, 1)
   };
   // The turns' passes, deferred (bwd_detail::defer_pass): this warp's two slots.
   int** held = s_pending[warp];
-  const bool fence = !(p.timing_skip & 512);
+  const TurnFence fence = turn_fence_of(p);
   auto flush_pass = [&]() {
     if constexpr (kDet) flush_passes(held, fence);
   };

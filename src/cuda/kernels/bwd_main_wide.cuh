@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(256, 1)
   bar.init(5);
   if (lane == 0) s_pending[warp][0] = s_pending[warp][1] = nullptr;
   int** held = s_pending[warp];
-  const bool fence = !(p.timing_skip & 512);  // (timing only, params.h)
+  const TurnFence fence = turn_fence_of(p);  // (bwd_tiles.cuh)
   // Issued by thread 0 only. E_chunk (D x D) into the four blocks from b0 ([row half][column half]), on barrier i.
   auto load_step = [&](int i, int b0, int chunk, int h) {
     const int erow = (chunk * p.H + h) * D;

@@ -134,6 +134,23 @@ __device__ __forceinline__ void wait_turn(const int* counter, int turn) {
     while (load_acquire(counter) < turn) __nanosleep(64);
   __syncthreads();
 }
+// The fence with which a warp (or CTA) makes its additions visible before it passes a turn: the release half of the
+// turns' ordering, whose acquire half is the waiter's ld.acquire. kSc: __threadfence(), a sequentially consistent
+// fence (fence.sc.gpu), what every measurement so far used; kAcqRel: fence.acq_rel.gpu, which is all a release
+// needs (CUTLASS's semaphore, under FlashAttention-3's deterministic backward, releases with it) and may cost less
+// than SC's fence, which must also order against every other SC fence of the GPU (opt-in, PATHATTN_BWD_FENCE=
+// acq_rel, until measured: docs/perf/notes.md); kNone: timing only (PATHATTN_BWD_TIMING_SKIP 512, params.h).
+enum class TurnFence : int { kNone = 0, kSc = 1, kAcqRel = 2 };
+__device__ __forceinline__ TurnFence turn_fence_of(const BwdParams& p) {
+  if (p.timing_skip & 512) return TurnFence::kNone;
+  return p.turn_fence_acq_rel ? TurnFence::kAcqRel : TurnFence::kSc;
+}
+__device__ __forceinline__ void turn_fence(TurnFence f) {
+  if (f == TurnFence::kSc)
+    __threadfence();
+  else if (f == TurnFence::kAcqRel)
+    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+}
 __device__ __forceinline__ void pass_turn(int* counter) {
   __threadfence();
   __syncthreads();
