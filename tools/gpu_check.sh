@@ -43,9 +43,10 @@
 #          sanitizers on small cases and the determinism tests (SKIP_TESTS=1 skips them), then bench_fwd --bwd --only 64
 #          (and 8 x 4096, H 12) without the turns' fences, waits, or both (PATHATTN_BWD_TIMING_SKIP 512 / 1024 / 1536;
 #          timing only; TURNS_SKIPS picks the values, default 0 512 1024 1536)
-#   fence: the deterministic turns' fence as fence.acq_rel.gpu (PATHATTN_BWD_FENCE=acq_rel) beside the default
-#          fence.sc.gpu: test_cuda_backward (not Long) and its sanitizers with it, the MEMBARs each compiles to, then
-#          bench_fwd --bwd at D = 64, 128 and the step's shape alternating the two (FENCE_ROUNDS, default 2)
+#   fence: the deterministic turns' opt-in knobs, the fence as fence.acq_rel.gpu (PATHATTN_BWD_FENCE=acq_rel) and up
+#          to 4 passes per fence (PATHATTN_BWD_HELD=4), beside the default (sc, 2): test_cuda_backward (not Long) and
+#          its sanitizers with both, the MEMBARs each fence compiles to, then bench_fwd --bwd at D = 64, 128 and the
+#          step's shape for each variant (FENCE_VARIANTS, FENCE_ROUNDS)
 #   pair:  the D = 64 main backward kernel (kernels/bwd_main_pair.cuh): test_cuda_backward (the T = 16384 case too),
 #          its case table in the fast mode too (PATHATTN_TEST_BWD_FAST=1), memcheck + racecheck on small cases in both
 #          modes, then bench_fwd --bwd --only 64 with stage times for the mma.sync kernel (PATHATTN_BWD_MAIN=mma) and
@@ -482,26 +483,29 @@ if [ "$MODE" = turns ]; then
   done
 fi
 if [ "$MODE" = fence ]; then
-  # The turns' fence as fence.acq_rel.gpu (PATHATTN_BWD_FENCE=acq_rel, bwd_tiles.cuh TurnFence) against the default
-  # fence.sc.gpu: the backward tests with it (the determinism tests' bit-identical repeats among them, D = 64 and
-  # 128), racecheck and memcheck on the small D = 64 cases and the determinism tests, which MEMBAR each form
-  # compiles to, then bench_fwd --bwd at D = 64 and 128 and the training step's shape, alternating the two forms
-  # (FENCE_ROUNDS rounds, default 2).
+  # The deterministic turns' two opt-in knobs against the measured default (sc, 2): the fence before a pass as
+  # fence.acq_rel.gpu (PATHATTN_BWD_FENCE=acq_rel, bwd_tiles.cuh TurnFence) and up to 4 passes held per fence
+  # (PATHATTN_BWD_HELD=4, bwd_main_pair.cuh defer_pass). The backward tests with both at once (the determinism
+  # tests' bit-identical repeats among them, D = 64 and 128), racecheck and memcheck on the small D = 64 cases and
+  # the determinism tests, which MEMBAR each fence compiles to, then bench_fwd --bwd at D = 64, 128 and the training
+  # step's shape for each of FENCE_VARIANTS (fence:held, default "sc:2 acq_rel:2 sc:4 acq_rel:4"), FENCE_ROUNDS
+  # rounds (default 1).
   if [ "${SKIP_TESTS:-0}" != 1 ]; then
-    PATHATTN_BWD_FENCE=acq_rel tests_bwd fence_acq_rel --gtest_filter=-Long/*
-    PATHATTN_BWD_FENCE=acq_rel sanitize fence_acq_rel build-gpu/tests/cuda/test_cuda_backward "$SMALL_BWD64:CudaBackwardDeterminism.*" 300
+    PATHATTN_BWD_FENCE=acq_rel PATHATTN_BWD_HELD=4 tests_bwd fence_acq_rel_4 --gtest_filter=-Long/*
+    PATHATTN_BWD_FENCE=acq_rel PATHATTN_BWD_HELD=4 sanitize fence_acq_rel_4 build-gpu/tests/cuda/test_cuda_backward \
+      "$SMALL_BWD64:CudaBackwardDeterminism.*" 300
   fi
   if command -v cuobjdump >/dev/null; then
     note "MEMBAR / FENCE instructions in bench_fwd's bwd_main kernels: $(cuobjdump -sass build-gpu/bench/cuda/bench_fwd 2>/dev/null |
       awk '/Function : .*bwd_main/{f=1} /Function : /&&!/bwd_main/{f=0} f' | grep -oE 'MEMBAR[A-Z0-9_.]*|FENCE[A-Z0-9_.]*' |
       sort | uniq -c | tr '\n' ' ')"
   fi
-  for round in $(seq 1 ${FENCE_ROUNDS:-2}); do
-    for f in sc acq_rel; do
+  for round in $(seq 1 ${FENCE_ROUNDS:-1}); do
+    for v in ${FENCE_VARIANTS:-sc:2 acq_rel:2 sc:4 acq_rel:4}; do
       for args in "--only 64" "--only 128" "--shape 8,4096,12,64"; do
-        PATHATTN_BWD_FENCE=$f PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --iters 5 $args \
-          > "$OUT/bench_fence.log" 2>&1
-        note "round $round, PATHATTN_BWD_FENCE=$f, bench_fwd --bwd $args: rc=$?"
+        PATHATTN_BWD_FENCE=${v%%:*} PATHATTN_BWD_HELD=${v##*:} PATHATTN_CUDA_PROFILE=1 \
+          build-gpu/bench/cuda/bench_fwd --bwd --iters 5 $args > "$OUT/bench_fence.log" 2>&1
+        note "round $round, fence:held $v, bench_fwd --bwd $args: rc=$?"
         python3 tools/bench_stages.py "$OUT/bench_fence.log" | grep -v '^==' | tee -a "$SUMMARY"
       done
     done

@@ -323,6 +323,8 @@ void backward_heads(const Problem& p, const Inputs& in, const TensorView& o, con
   prm.deterministic = in.deterministic;
   static const bool acq_rel = env::choice("PATHATTN_BWD_FENCE", {"sc", "acq_rel"}, "sc") == "acq_rel";
   prm.turn_fence_acq_rel = acq_rel;
+  static const int held = static_cast<int>(env::integer("PATHATTN_BWD_HELD", 2, 2, 4));  // params.h
+  prm.held_passes = held;
   prm.timing_skip = static_cast<int>(env::integer("PATHATTN_BWD_TIMING_SKIP", 0, 0, 2047));  // params.h's bits
   run_backward(prm, grid, p.dtype, D, p.has_gate, stream);
 }

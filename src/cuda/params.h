@@ -121,6 +121,9 @@ struct BwdParams : FwdParams {
   // The fence before a deterministic turn is passed (the wgmma main kernels; bwd_tiles.cuh TurnFence): false,
   // fence.sc.gpu (__threadfence, measured); true, fence.acq_rel.gpu (env PATHATTN_BWD_FENCE=acq_rel, api.cu; unrun).
   bool turn_fence_acq_rel;
+  // Passes a warp of those kernels may hold before it fences (bwd_main_pair.cuh defer_pass): 2 (measured), up to
+  // bwd_detail::kMaxHeld (4) by env PATHATTN_BWD_HELD (api.cu; unrun).
+  int held_passes;
   // Timing experiments only (wrong gradients; env PATHATTN_BWD_TIMING_SKIP, api.cu): bits that make the wgmma main
   // kernel leave a stage out, so that its cost is the time difference (docs/perf/notes.md). 1: the dQ^ atomics,
   // 2: the dP atomics, 4: phase 1's products, 8: the dQ^ product and its atomics; and the chunk-local kernel:

@@ -87,36 +87,38 @@ __device__ __forceinline__ void warp_wait_turn(const int* counter, int turn, int
 // (its fence, then the counter) at its next flush point, after its next products are issued, not right after the
 // additions. The fence waits until the warp's additions are done at L2 (~1-2 us); right after them it stalled the
 // adding warps, and through the step's barrier the whole CTA, at every step: 13 of the 21 ms that the turns cost
-// the two-chunk kernel at 32 x 4096 (PATHATTN_BWD_TIMING_SKIP=512, docs/perf/notes.md). A warp holds up to two
+// the two-chunk kernel at 32 x 4096 (PATHATTN_BWD_TIMING_SKIP=512, docs/perf/notes.md). A warp holds (by default) two
 // passes, a step's dQ^ tile and the chain step's dP_j right after it, and one fence then serves both. The order of
 // every sum is unchanged (the next block still adds after the pass). A warp may wait for a turn while it holds
 // passes: a block waits only for blocks above it in its pair (taken earlier, running), and those never wait for
 // it, so no wait closes a cycle; each counter is waited for once per task, and a task ends with a flush.
-// `held`: this warp's two slots in shared memory (null = free; slot 1 is filled only after slot 0), lane 0 writes
-// them. Their values go through shuffles from lane 0: branches that ptxas sees as warp-uniform (as warp_wait_turn).
-__device__ __forceinline__ int* held_pass(int* const* held, int i) {
-  return reinterpret_cast<int*>(__shfl_sync(0xffffffffu, static_cast<long long>(reinterpret_cast<uintptr_t>(held[i])), 0));
-}
-// fence: TurnFence (bwd_tiles.cuh; kNone: timing only).
-__device__ __forceinline__ void flush_passes(int** held, TurnFence fence) {
-  int* c0 = held_pass(held, 0);
-  if (c0 == nullptr) return;
-  int* c1 = held_pass(held, 1);
+// How many passes a warp may hold is BwdParams::held_passes (2, measured; 3 or 4 by PATHATTN_BWD_HELD, opt-in and
+// unrun: the fences' cost follows their number, docs/perf/notes.md, but a pass held longer may become what the block
+// below waits for). At a step's start the warp flushes once it holds held_passes - 1 (with 2: whatever it holds, as
+// measured), and before taking a pass when it holds held_passes.
+// HeldPasses: this warp's kMaxHeld slots in shared memory, which only lane 0 reads and writes, and their count n,
+// which every lane keeps alike (set and changed only under warp-uniform conditions, so that the branches on it are
+// warp-uniform for ptxas: a branch it could not prove uniform before a wgmma serialised them, C7520).
+constexpr int kMaxHeld = 4;
+struct HeldPasses {
+  int** slots;
+  int n;
+};
+// Passes every held turn with one fence (TurnFence, bwd_tiles.cuh; kNone: timing only) if the warp holds at least
+// `at_least` (>= 1) of them.
+__device__ __forceinline__ void flush_passes(HeldPasses& h, TurnFence fence, int at_least = 1) {
+  if (h.n == 0 || h.n < at_least) return;
   turn_fence(fence);
   __syncwarp();
-  if (threadIdx.x % 32 == 0) {
-    atomicAdd(c0, 1);
-    if (c1 != nullptr) atomicAdd(c1, 1);
-    held[0] = held[1] = nullptr;
-  }
+  if (threadIdx.x % 32 == 0)
+    for (int i = 0; i < h.n; ++i) atomicAdd(h.slots[i], 1);
+  h.n = 0;
   __syncwarp();
 }
-__device__ __forceinline__ void defer_pass(int** held, int* counter, TurnFence fence) {
-  if (held_pass(held, 1) != nullptr) flush_passes(held, fence);
-  const int i = held_pass(held, 0) == nullptr ? 0 : 1;
-  __syncwarp();
-  if (threadIdx.x % 32 == 0) held[i] = counter;
-  __syncwarp();
+__device__ __forceinline__ void defer_pass(HeldPasses& h, int* counter, TurnFence fence, int max_held) {
+  if (h.n >= max_held) flush_passes(h, fence);
+  if (threadIdx.x % 32 == 0) h.slots[h.n] = counter;
+  ++h.n;
 }
 }  // namespace bwd_detail
 
@@ -156,8 +158,8 @@ __global__ void __launch_bounds__(256, 1)
   // mbarriers: 0, 1 query stages; 2 chain (both K~_{.,m-1} and E_{m-1}; the K~_{.,last} at phase 2's start);
   // 3, 4 phase 1 steps
   __shared__ int s_task;
-  // (kDet) Per warp: up to two counters whose turns the warp has taken and added in, and not yet passed.
-  __shared__ int* s_pending[8][2];
+  // (kDet) Per warp: the counters whose turns the warp has taken and added in, and not yet passed (HeldPasses).
+  __shared__ int* s_pending[8][kMaxHeld];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // this warpgroup: key chunk c0 + wg
@@ -170,7 +172,6 @@ __global__ void __launch_bounds__(256, 1)
   const T* vin = static_cast<const T*>(p.v);
 
   bar.init(5);
-  if (lane == 0) s_pending[warp][0] = s_pending[warp][1] = nullptr;
   // Issued by thread 0 only.
   auto issue_step = [&](int i, int dst_tile, int chunk, int h) {  // E_chunk (D x D) into a tile
     mbar_arrive_expect_tx(bar(i), S::kTile * 2);
@@ -189,14 +190,18 @@ __global__ void __launch_bounds__(256, 1)
       if (two) bulk_load(smem_addr(sGk(s, 1)), p.ws.gl + ((int64_t)(gc + 1) * p.HQ + hq) * C, C * 4, bar(s));
     }
   };
-  // The turns' passes, deferred (bwd_detail::defer_pass): this warp's two slots.
-  int** held = s_pending[warp];
+  // The turns' passes, deferred (bwd_detail::defer_pass): this warp's slots. flush_pass at a step's start (once
+  // held_passes - 1 are held), flush_all at the task's end.
+  HeldPasses held{s_pending[warp], 0};
   const TurnFence fence = turn_fence_of(p);
   auto flush_pass = [&]() {
+    if constexpr (kDet) flush_passes(held, fence, p.held_passes - 1);
+  };
+  auto flush_all = [&]() {
     if constexpr (kDet) flush_passes(held, fence);
   };
   auto hold_pass = [&](int* c) {
-    if constexpr (kDet) defer_pass(held, c, fence);
+    if constexpr (kDet) defer_pass(held, c, fence, p.held_passes);
   };
   __syncthreads();
 
@@ -442,7 +447,7 @@ __global__ void __launch_bounds__(256, 1)
       }
     }
 
-    flush_pass();
+    flush_all();
     // ---- The task's own gradients: each warpgroup its chunk's dK^ = E and dV (zero when no query chunk follows it).
     if constexpr (kGate) __syncthreads();  // the column sums were written by other threads of the warpgroup
     if (mine) {

@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(256, 1)
   // mbarriers: 0, 1 query stages; 2 the chain's K~_{c,m-1} and E_{m-1} (K~_{c,last} at phase 2's start); 3, 4
   // phase 1's E_m by stage
   __shared__ int s_task;
-  __shared__ int* s_pending[8][2];  // (kDet) per warp: the turns' deferred passes (bwd_main_pair.cuh defer_pass)
+  __shared__ int* s_pending[8][kMaxHeld];  // (kDet) per warp: the turns' deferred passes (bwd_main_pair.cuh defer_pass)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // warp-uniform (no wgmma serialised by ptxas: bwd_main_pair.cuh, C7520)
@@ -91,8 +91,7 @@ __global__ void __launch_bounds__(256, 1)
   const T* vin = static_cast<const T*>(p.v);
 
   bar.init(5);
-  if (lane == 0) s_pending[warp][0] = s_pending[warp][1] = nullptr;
-  int** held = s_pending[warp];
+  HeldPasses held{s_pending[warp], 0};  // (bwd_main_pair.cuh)
   const TurnFence fence = turn_fence_of(p);  // (bwd_tiles.cuh)
   // Issued by thread 0 only. E_chunk (D x D) into the four blocks from b0 ([row half][column half]), on barrier i.
   auto load_step = [&](int i, int b0, int chunk, int h) {
@@ -220,7 +219,7 @@ __global__ void __launch_bounds__(256, 1)
           wgmma_m64n32k16_ss<0, 0>(dp, desc(S::kV + kk / 4) + 2 * (kk % 4), desc(bdo + kk / 4) + 256 * wg + 2 * (kk % 4),
                                    kk > 0, Tag{});
         wgmma_commit();
-        if constexpr (kDet) flush_passes(held, fence);  // the last step's and chain step's passes, while these run
+        if constexpr (kDet) flush_passes(held, fence, p.held_passes - 1);  // the last steps' passes, while these run
         wgmma_wait<0>();
         wgmma_fence_operand(s);
         wgmma_fence_operand(dp);
@@ -266,7 +265,7 @@ __global__ void __launch_bounds__(256, 1)
         if constexpr (kGate)
           if (wg == 0) add_gate_rows(p.dgrow + qrow * C, sRow(st), cm.len);  // threads < len: warps 0, 1
         atomic_add_acc<8>(dq, p.dqacc + qrow * C * D + 64 * wg, D, row0, cm.len);
-        if constexpr (kDet) defer_pass(held, p.count_q + qrow, fence);
+        if constexpr (kDet) defer_pass(held, p.count_q + qrow, fence, p.held_passes);
       }
 
       if (m > gc + 1) {
@@ -302,7 +301,7 @@ __global__ void __launch_bounds__(256, 1)
         int* count = p.count_p + (int64_t)jc * p.H + h;
         if constexpr (kDet) warp_wait_turn(count, jc - 1 - gc, 8);
         atomic_add_acc<16>(dpj, p.dpacc + ((int64_t)jc * p.H + h) * D * D + (int64_t)64 * wg * D, D, row0, 64);
-        if constexpr (kDet) defer_pass(held, count, fence);
+        if constexpr (kDet) defer_pass(held, count, fence, p.held_passes);
         wgmma_wait<0>();
         wgmma_fence_operand(e_acc);
         kt ^= 1;  // K~_{c,m-1} is the next step's K~_{c,m}
