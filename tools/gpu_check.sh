@@ -44,9 +44,10 @@
 #          (and 8 x 4096, H 12) without the turns' fences, waits, or both (PATHATTN_BWD_TIMING_SKIP 512 / 1024 / 1536;
 #          timing only; TURNS_SKIPS picks the values, default 0 512 1024 1536)
 #   fence: the deterministic turns' opt-in knobs, the fence as fence.acq_rel.gpu (PATHATTN_BWD_FENCE=acq_rel) and up
-#          to 4 passes per fence (PATHATTN_BWD_HELD=4), beside the default (sc, 2): test_cuda_backward (not Long) and
-#          its sanitizers with both, the MEMBARs each fence compiles to, then bench_fwd --bwd at D = 64, 128 and the
-#          step's shape for each variant (FENCE_VARIANTS, FENCE_ROUNDS)
+#          to 4 passes per fence (PATHATTN_BWD_HELD=4), beside the default (sc, 2): the gpu tests and sanitizers as in
+#          test mode (SKIP_TESTS=1 skips every test), test_cuda_backward (not Long) and its sanitizers with both
+#          knobs, the MEMBARs each fence compiles to, then bench_fwd --bwd at FENCE_SHAPES (';'-separated bench_fwd
+#          arguments) for each variant (FENCE_VARIANTS, FENCE_ROUNDS)
 #   pair:  the D = 64 main backward kernel (kernels/bwd_main_pair.cuh): test_cuda_backward (the T = 16384 case too),
 #          its case table in the fast mode too (PATHATTN_TEST_BWD_FAST=1), memcheck + racecheck on small cases in both
 #          modes, then bench_fwd --bwd --only 64 with stage times for the mma.sync kernel (PATHATTN_BWD_MAIN=mma) and
@@ -196,7 +197,6 @@ fi
 BUILD_TARGETS="test_cuda_forward test_cuda_backward test_cuda_decode test_cuda_short_conv bench_fwd bench_decode_cuda bench_short_conv_cuda"
 [ "$MODE" = ab ] && [ "${AB_TESTS:-0}" != 1 ] && BUILD_TARGETS=bench_fwd
 [ "$MODE" = turns ] && BUILD_TARGETS="bench_fwd test_cuda_backward"
-[ "$MODE" = fence ] && BUILD_TARGETS="bench_fwd test_cuda_backward"
 t0=$(date +%s)
 if [ "$MODE" != torch ] && ! { cmake -S . -B build-gpu -DPATHATTN_TORCH=OFF -DPATHATTN_CUDA=ON -DPATHATTN_TESTS=ON -DPATHATTN_BENCH=ON -DCMAKE_CUDA_COMPILER=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc) \
          "${PREFIX_ARGS[@]}" && make -C build-gpu -j16 $BUILD_TARGETS; } > "$OUT/build.log" 2>&1; then
@@ -226,7 +226,7 @@ spill_map() {
 spill_map build-gpu
 
 if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ] || [ "$MODE" = ncu ] || [ "$MODE" = bwd ] ||
-   { [ "$MODE" = ab ] && [ "${AB_TESTS:-0}" = 1 ]; }; then
+   [ "$MODE" = fence ] || { [ "$MODE" = ab ] && [ "${AB_TESTS:-0}" = 1 ]; }; then
   t0=$(date +%s)
   if [ "${SKIP_TESTS:-0}" != 1 ]; then
   EXCL=(); [ "${GPU_SKIP_LONG:-0}" = 1 ] && EXCL=(-E 'Long/')
@@ -485,11 +485,12 @@ fi
 if [ "$MODE" = fence ]; then
   # The deterministic turns' two opt-in knobs against the measured default (sc, 2): the fence before a pass as
   # fence.acq_rel.gpu (PATHATTN_BWD_FENCE=acq_rel, bwd_tiles.cuh TurnFence) and up to 4 passes held per fence
-  # (PATHATTN_BWD_HELD=4, bwd_main_pair.cuh defer_pass). The backward tests with both at once (the determinism
-  # tests' bit-identical repeats among them, D = 64 and 128), racecheck and memcheck on the small D = 64 cases and
-  # the determinism tests, which MEMBAR each fence compiles to, then bench_fwd --bwd at D = 64, 128 and the training
-  # step's shape for each of FENCE_VARIANTS (fence:held, default "sc:2 acq_rel:2 sc:4 acq_rel:4"), FENCE_ROUNDS
-  # rounds (default 1).
+  # (PATHATTN_BWD_HELD=4, bwd_main_pair.cuh defer_pass). After the gpu tests with the defaults (the block above:
+  # the default path's passes changed form with HeldPasses), the backward tests with both knobs at once (the
+  # determinism tests' bit-identical repeats among them, D = 64 and 128), racecheck and memcheck on the small D = 64
+  # cases and the determinism tests, which MEMBAR each fence compiles to, then bench_fwd --bwd at FENCE_SHAPES
+  # (default: --only 64, --only 128, the training step's shape) for each of FENCE_VARIANTS (fence:held, default
+  # "sc:2 acq_rel:2 sc:4 acq_rel:4"), FENCE_ROUNDS rounds (default 1).
   if [ "${SKIP_TESTS:-0}" != 1 ]; then
     PATHATTN_BWD_FENCE=acq_rel PATHATTN_BWD_HELD=4 tests_bwd fence_acq_rel_4 --gtest_filter=-Long/*
     PATHATTN_BWD_FENCE=acq_rel PATHATTN_BWD_HELD=4 sanitize fence_acq_rel_4 build-gpu/tests/cuda/test_cuda_backward \
@@ -502,7 +503,8 @@ if [ "$MODE" = fence ]; then
   fi
   for round in $(seq 1 ${FENCE_ROUNDS:-1}); do
     for v in ${FENCE_VARIANTS:-sc:2 acq_rel:2 sc:4 acq_rel:4}; do
-      for args in "--only 64" "--only 128" "--shape 8,4096,12,64"; do
+      IFS=';' read -ra fence_shapes <<< "${FENCE_SHAPES:---only 64;--only 128;--shape 8,4096,12,64}"
+      for args in "${fence_shapes[@]}"; do
         PATHATTN_BWD_FENCE=${v%%:*} PATHATTN_BWD_HELD=${v##*:} PATHATTN_CUDA_PROFILE=1 \
           build-gpu/bench/cuda/bench_fwd --bwd --iters 5 $args > "$OUT/bench_fence.log" 2>&1
         note "round $round, fence:held $v, bench_fwd --bwd $args: rc=$?"
