@@ -160,6 +160,10 @@ std::vector<GpuSpec> cases() {
   // GQA 8:1: eight query heads add into one dk, dv, dw, dbeta.
   c.push_back({{.B = 1, .T = 200, .H = 1, .HQ = 8, .D = 64, .DV = 64, .gate = true, .seed = 16}, DType::bf16});
   c.push_back({{.B = 2, .T = 130, .H = 1, .HQ = 8, .D = 128, .DV = 128, .seed = 17}, DType::f16});
+  // The attention of tests/model/test_model_cuda.cpp's GradientsEqualTheF64Model at A5's length: four sequences
+  // of one partial chunk (T = 10), GQA 2:1, D = 64, with and without the gate (PaTH-FoX, PaTH).
+  for (bool gate : {false, true})
+    c.push_back({{.B = 4, .T = 10, .H = 2, .HQ = 4, .D = 64, .DV = 64, .gate = gate, .seed = 35}, DType::bf16});
   // beta near 0, near 1 (singular H_t), near 2, in [1.9, 2], exactly 0 (plain softmax attention), exactly 2.
   for (BetaDist bd : {BetaDist::near0, BetaDist::near1, BetaDist::near2, BetaDist::high, BetaDist::exact0,
                       BetaDist::exact2})
