@@ -22,6 +22,7 @@
 #include "cuda/plan.h"
 #include "cuda/value_check.h"
 #include "cuda/workspace.h"
+#include "cuda/workspace_tables.h"
 
 namespace pathattn::cuda {
 namespace {
@@ -71,31 +72,6 @@ void profile_slices(const char* op, int64_t H, int64_t per_slice,
                "[pathattn profile] workspace %s: %lld call(s) of %lld kv head(s), %.1f MiB each (limit %.0f MiB)\n", op,
                static_cast<long long>((H + per_slice - 1) / per_slice), static_cast<long long>(per_slice),
                static_cast<double>(bytes) / (1 << 20), static_cast<double>(limit) / (1 << 20));
-}
-
-// The workspace buffers that forward and backward share: the plan's tables and the chunk factors.
-struct SharedBuffers {
-  int chunks, seqs, order, khat, u, w, m, step, f32 = -1, gl = -1, goff = -1, gtot = -1;
-};
-// with_m: the forward's main kernel reads the chunks' M (Eq. 12); the backward recomputes it in bwd_local.
-SharedBuffers declare_shared(Workspace& ws, const Problem& p, const Plan& plan, bool f32_copies, bool with_m) {
-  const std::size_t NC = plan.chunks.size(), rows = NC * p.H * kChunk;
-  SharedBuffers b{};
-  b.chunks = ws.add("chunks", NC * sizeof(ChunkInfo));
-  b.seqs = ws.add("seqs", plan.seqs.size() * sizeof(SeqInfo));
-  b.order = ws.add("order", plan.fwd_order.size() * sizeof(int));
-  b.khat = ws.add("khat", rows * p.D * 2);
-  b.u = ws.add("u", rows * p.D * 2);
-  b.w = ws.add("w", rows * p.D * 2);
-  b.m = with_m ? ws.add("m", rows * kChunk * 2) : -1;
-  b.step = ws.add("step", NC * p.H * p.D * p.D * 2);
-  if (f32_copies) b.f32 = ws.add("f32 khat, u, w", 3 * rows * p.D * 4);
-  if (p.has_gate) {
-    b.gl = ws.add("gl", NC * p.HQ * kChunk * 4);
-    b.goff = ws.add("goff", NC * p.HQ * 8);
-    b.gtot = ws.add("gtot", NC * p.HQ * 8);
-  }
-  return b;
 }
 
 // The op's input pointers and strides, in FwdParams (forward, backward) and DecodeParams alike.
@@ -220,38 +196,6 @@ void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out) {
 }
 
 namespace {
-
-// The backward's workspace table beyond the shared buffers (ids into the Workspace).
-struct BwdBuffers {
-  SharedBuffers shared;
-  int tasks, qhat, lse2, delta, dqacc, dkacc, dvacc, dpacc, dgacc, dgrow;
-  int count_q, count_p, next_task, dohat, slots, local;
-};
-
-BwdBuffers declare_backward(Workspace& ws, const Problem& p, const Plan& plan, const BwdGrid& grid) {
-  const int NC = static_cast<int>(plan.chunks.size());
-  const int64_t D = p.D;
-  const std::size_t q_rows = static_cast<std::size_t>(NC) * p.HQ * kChunk, k_rows = static_cast<std::size_t>(NC) * p.H * kChunk;
-  BwdBuffers b{};
-  b.shared = declare_shared(ws, p, plan, false, false);
-  b.tasks = ws.add("bwd tasks", plan.bwd_tasks.size() * sizeof(int));
-  b.qhat = ws.add("qhat", q_rows * D * 2);
-  b.lse2 = ws.add("lse2", q_rows * 4);
-  b.delta = ws.add("delta", q_rows * 4);
-  b.dqacc = ws.add("dqacc", q_rows * D * 4);
-  b.dkacc = ws.add("dkacc", k_rows * D * 4);
-  b.dvacc = ws.add("dvacc", k_rows * D * 4);
-  b.dpacc = ws.add("dpacc", static_cast<std::size_t>(NC) * p.H * D * D * 4);
-  b.dgacc = p.has_gate ? ws.add("dgacc", q_rows * 4) : -1;
-  b.dgrow = p.has_gate ? ws.add("dgrow", q_rows * 4) : -1;
-  b.count_q = ws.add("count_q", static_cast<std::size_t>(NC) * p.HQ * 4);
-  b.count_p = ws.add("count_p", static_cast<std::size_t>(NC) * p.H * 4);
-  b.next_task = ws.add("next_task", 4);
-  b.dohat = main_reads_dohat(grid) ? ws.add("dohat", q_rows * D * 2) : -1;
-  b.slots = ws.add("slots", static_cast<std::size_t>(main_slots(grid)) * plan.max_chunks * kChunk * D * 2);
-  b.local = ws.add("local scratch", static_cast<std::size_t>(grid.local_ctas) * kLocalTiles * kChunk * D * 4);
-  return b;
-}
 
 // The launch grid of a backward over p's heads with this plan: `resident` (backward_grid: the CTAs that fit the
 // device, the same for every slice of a call) capped by the plan's tasks.

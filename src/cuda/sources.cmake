@@ -4,6 +4,7 @@ target_sources(pathattn_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/api.cu
   ${CMAKE_CURRENT_LIST_DIR}/plan.cu
   ${CMAKE_CURRENT_LIST_DIR}/workspace.cu
+  ${CMAKE_CURRENT_LIST_DIR}/workspace_tables.cu
   ${CMAKE_CURRENT_LIST_DIR}/value_check.cu
   ${CMAKE_CURRENT_LIST_DIR}/dispatch.cu
   ${CMAKE_CURRENT_LIST_DIR}/tensor_maps.cu

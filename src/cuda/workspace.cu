@@ -27,6 +27,23 @@ int Workspace::add(const char* name, std::size_t bytes) {
   return static_cast<int>(entries_.size()) - 1;
 }
 
+int Workspace::overlay(const char* name, int first, int last, std::size_t bytes) {
+  if (first < 0 || last < first || last >= static_cast<int>(entries_.size()))
+    throw Error(std::string("pathattn: internal: workspace overlay of ") + name + " on entries " + std::to_string(first) +
+                ".." + std::to_string(last) + " of " + std::to_string(entries_.size()));
+  const Entry& a = entries_[static_cast<std::size_t>(first)];
+  const Entry& z = entries_[static_cast<std::size_t>(last)];
+  if (bytes > z.offset + z.bytes - a.offset) return add(name, bytes);
+  entries_.push_back({name, a.offset, bytes});
+  return static_cast<int>(entries_.size()) - 1;
+}
+
+bool Workspace::overlaps(int a, int b) const {
+  const Entry& x = entries_[static_cast<std::size_t>(a)];
+  const Entry& y = entries_[static_cast<std::size_t>(b)];
+  return x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
+}
+
 void Workspace::acquire(const Inputs& in, int device, cudaStream_t stream) {
   stream_ = stream;
   if (total_ == 0) return;

@@ -18,6 +18,13 @@ class Workspace {
  public:
   // Reserves `bytes` (rounded up to 256) under `name`; returns the handle ptr() takes.
   int add(const char* name, std::size_t bytes);
+  // Reserves `bytes` under `name` in the memory of the entries first..last (consecutive handles) when it fits there,
+  // else as add() does. The caller guarantees that those entries are dead (no kernel of the call reads or writes
+  // them any more) before this buffer is first written, and that nothing zeroes or uploads into either while the
+  // other is live (workspace_tables.h says which pairs do so and why).
+  int overlay(const char* name, int first, int last, std::size_t bytes);
+  // Whether two entries' memory intersects (an overlay and what it reuses).
+  bool overlaps(int a, int b) const;
   std::size_t total() const { return total_; }
   // Backs the table with memory (see the file comment); stream-ordered after any earlier call that used the
   // library's own buffer on another stream. Holds that buffer until the Workspace is destroyed.

@@ -1,0 +1,53 @@
+#include "cuda/workspace_tables.h"
+
+#include "cuda/params.h"
+
+namespace pathattn::cuda {
+
+SharedBuffers declare_shared(Workspace& ws, const Problem& p, const Plan& plan, bool f32_copies, bool with_m) {
+  const std::size_t NC = plan.chunks.size(), rows = NC * p.H * kChunk;
+  SharedBuffers b{};
+  b.chunks = ws.add("chunks", NC * sizeof(ChunkInfo));
+  b.seqs = ws.add("seqs", plan.seqs.size() * sizeof(SeqInfo));
+  b.order = ws.add("order", plan.fwd_order.size() * sizeof(int));
+  b.khat = ws.add("khat", rows * p.D * 2);
+  b.u = ws.add("u", rows * p.D * 2);  // u and w stay adjacent: the backward's dK^ reuses them (declare_backward)
+  b.w = ws.add("w", rows * p.D * 2);
+  b.m = with_m ? ws.add("m", rows * kChunk * 2) : -1;
+  b.step = ws.add("step", NC * p.H * p.D * p.D * 2);
+  if (f32_copies) b.f32 = ws.add("f32 khat, u, w", 3 * rows * p.D * 4);
+  if (p.has_gate) {
+    b.gl = ws.add("gl", NC * p.HQ * kChunk * 4);
+    b.goff = ws.add("goff", NC * p.HQ * 8);
+    b.gtot = ws.add("gtot", NC * p.HQ * 8);
+  }
+  return b;
+}
+
+BwdBuffers declare_backward(Workspace& ws, const Problem& p, const Plan& plan, const BwdGrid& grid) {
+  const int NC = static_cast<int>(plan.chunks.size());
+  const int64_t D = p.D;
+  const std::size_t q_rows = static_cast<std::size_t>(NC) * p.HQ * kChunk, k_rows = static_cast<std::size_t>(NC) * p.H * kChunk;
+  BwdBuffers b{};
+  b.shared = declare_shared(ws, p, plan, false, false);
+  b.tasks = ws.add("bwd tasks", plan.bwd_tasks.size() * sizeof(int));
+  b.qhat = ws.add("qhat", q_rows * D * 2);
+  b.lse2 = ws.add("lse2", q_rows * 4);
+  b.delta = ws.add("delta", q_rows * 4);
+  b.dqacc = ws.add("dqacc", q_rows * D * 4);
+  b.dkacc = ws.overlay("dkacc", b.shared.u, b.shared.w, k_rows * D * 4);  // = U and W's bytes (f32 vs 2 x 16 bits)
+  b.dvacc = ws.add("dvacc", k_rows * D * 4);
+  b.dpacc = ws.add("dpacc", static_cast<std::size_t>(NC) * p.H * D * D * 4);
+  b.dgacc = p.has_gate ? ws.add("dgacc", q_rows * 4) : -1;
+  b.dgrow = p.has_gate ? ws.add("dgrow", q_rows * 4) : -1;
+  b.count_q = ws.add("count_q", static_cast<std::size_t>(NC) * p.HQ * 4);
+  b.count_p = ws.add("count_p", static_cast<std::size_t>(NC) * p.H * 4);
+  b.next_task = ws.add("next_task", 4);
+  b.dohat = main_reads_dohat(grid) ? ws.add("dohat", q_rows * D * 2) : -1;
+  b.slots = ws.add("slots", static_cast<std::size_t>(main_slots(grid)) * plan.max_chunks * kChunk * D * 2);
+  b.local = ws.overlay("local scratch", b.slots, b.slots,
+                       static_cast<std::size_t>(grid.local_ctas) * kLocalTiles * kChunk * D * 4);
+  return b;
+}
+
+}  // namespace pathattn::cuda

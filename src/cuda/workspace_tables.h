@@ -1,0 +1,35 @@
+// The workspace tables of the forward and the backward: which scratch buffers a call declares (workspace.h), their
+// sizes, and which of them share memory. Host arithmetic only (api.cu backs and fills them), so their sizes are
+// tested without a GPU (tests/cuda/test_cuda_workspace_tables.cpp).
+#pragma once
+
+#include "cuda/launch/launch.h"
+#include "cuda/plan.h"
+#include "cuda/workspace.h"
+#include "pathattn/pathattn.h"
+
+namespace pathattn::cuda {
+
+// The workspace buffers that forward and backward share: the plan's tables and the chunk factors.
+struct SharedBuffers {
+  int chunks, seqs, order, khat, u, w, m, step, f32 = -1, gl = -1, goff = -1, gtot = -1;
+};
+// f32_copies: the key cache's f32 copies of K^, U, W (the forward with a key cache output).
+// with_m: the forward's main kernel reads the chunks' M (Eq. 12); the backward recomputes it in bwd_local.
+SharedBuffers declare_shared(Workspace& ws, const Problem& p, const Plan& plan, bool f32_copies, bool with_m);
+
+// The backward's workspace table beyond the shared buffers (ids into the Workspace).
+struct BwdBuffers {
+  SharedBuffers shared;
+  int tasks, qhat, lse2, delta, dqacc, dkacc, dvacc, dpacc, dgacc, dgrow;
+  int count_q, count_p, next_task, dohat, slots, local;
+};
+// Two pairs of buffers whose lives do not overlap share memory (Workspace::overlay), in the order the stages run
+// (prep, bwd_prep, bwd_main, bwd_local; launch/bwd_impl.cuh, one stream):
+//   dkacc in U and W: U and W are read last by bwd_prep; bwd_main writes every chunk's dK^ once, at the end of the
+//     chunk's task (a plain store, nothing zeroes or adds to it before), and bwd_local reads it;
+//   the local scratch in the slots: the slots live inside bwd_main, the local scratch inside bwd_local.
+// Together ~90 MB of the 1.05 GB a 2-kv-head slice took at 8 x 16384, D 64 (docs/perf/notes.md).
+BwdBuffers declare_backward(Workspace& ws, const Problem& p, const Plan& plan, const BwdGrid& grid);
+
+}  // namespace pathattn::cuda

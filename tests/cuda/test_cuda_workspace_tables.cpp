@@ -1,0 +1,119 @@
+// The CUDA backend's workspace tables (src/cuda/workspace_tables.h): which buffers share memory, and what the
+// backward's scratch comes to at the issue's memory shape. Host arithmetic only (no memory is acquired), so label
+// cpu: it runs in CI. The grid is the one the H100 and H200 give at D = 64 (132 SMs: one bwd_main_pair CTA of two
+// slots and one bwd_local CTA per SM, docs/perf/results.md).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "common/head_slices.h"
+#include "cuda/workspace_tables.h"
+
+namespace pathattn::cuda {
+namespace {
+
+constexpr int kSms = 132;
+
+BwdGrid pair_grid() {
+  BwdGrid g;
+  g.main_ctas = kSms;
+  g.local_ctas = kSms;
+  g.pair_main = true;
+  return g;
+}
+
+Problem problem(int64_t B, int64_t T, int64_t H, int64_t HQ, int64_t D, bool gate) {
+  Problem p;
+  p.B = B;
+  p.T = T;
+  p.H = H;
+  p.HQ = HQ;
+  p.group = HQ / H;
+  p.D = p.DV = D;
+  p.has_gate = gate;
+  p.device = Device::cuda;
+  p.dtype = DType::bf16;
+  for (int64_t b = 0; b < B; ++b) p.segments.push_back({b, 0, T});
+  return p;
+}
+
+// What api.cu's backward declares for a call over these heads (its plan and grid, as backward_heads makes them).
+struct Table {
+  Workspace ws;
+  BwdBuffers b;
+  Table(const Problem& p, const BwdGrid& grid) {
+    const Plan plan = make_plan(p.segments, static_cast<int>(p.H), true, bwd_pair_group(p.T), 2);
+    BwdGrid g = grid;
+    g.main_ctas = std::min(g.main_ctas, static_cast<int>(plan.bwd_tasks.size()));
+    b = declare_backward(ws, p, plan, g);
+  }
+};
+
+TEST(CudaWorkspace, OverlayReusesTheEntriesWhenItFitsElseAddsMemory) {
+  Workspace ws;
+  const int a = ws.add("a", 1000), b = ws.add("b", 1000), c = ws.add("c", 500);
+  const std::size_t total = ws.total();
+  EXPECT_EQ(total, 1024u + 1024u + 512u);
+  const int x = ws.overlay("x", a, b, 2000);  // 2000 <= 1024 + 1000
+  EXPECT_EQ(ws.total(), total);
+  EXPECT_TRUE(ws.overlaps(x, a));
+  EXPECT_TRUE(ws.overlaps(x, b));
+  EXPECT_FALSE(ws.overlaps(x, c));
+  const int y = ws.overlay("y", c, c, 513);  // more than c holds: its own memory
+  EXPECT_EQ(ws.total(), total + 768u);
+  EXPECT_FALSE(ws.overlaps(y, c));
+  EXPECT_FALSE(ws.overlaps(y, a));
+  EXPECT_THROW(ws.overlay("z", b, a, 10), Error);
+}
+
+// dK^ lives in U and W's memory, the local scratch in the slots', and nothing else shares memory: every buffer that
+// a stage reads or writes while another is live has its own.
+TEST(CudaWorkspace, BackwardSharesOnlyBuffersWhoseLivesDoNotOverlap) {
+  for (bool gate : {false, true}) {
+    Table t(problem(2, 4096, 2, 4, 64, gate), pair_grid());
+    const BwdBuffers& b = t.b;
+    const SharedBuffers& s = b.shared;
+    EXPECT_TRUE(t.ws.overlaps(b.dkacc, s.u));
+    EXPECT_TRUE(t.ws.overlaps(b.dkacc, s.w));
+    EXPECT_TRUE(t.ws.overlaps(b.local, b.slots));
+    std::vector<int> ids = {s.chunks, s.seqs, s.order, s.khat, s.step, b.tasks, b.qhat, b.lse2, b.delta, b.dqacc,
+                            b.dvacc, b.dpacc, b.count_q, b.count_p, b.next_task, b.dohat, b.slots};
+    if (gate) ids.insert(ids.end(), {s.gl, s.goff, s.gtot, b.dgacc, b.dgrow});
+    for (int id : ids) {
+      EXPECT_FALSE(t.ws.overlaps(b.dkacc, id)) << "dkacc and entry " << id;
+      if (id != b.slots) EXPECT_FALSE(t.ws.overlaps(b.local, id)) << "local scratch and entry " << id;
+    }
+    for (size_t i = 0; i < ids.size(); ++i)
+      for (size_t j = i + 1; j < ids.size(); ++j) EXPECT_FALSE(t.ws.overlaps(ids[i], ids[j])) << ids[i] << ", " << ids[j];
+  }
+}
+
+// When the slots are smaller than the local scratch (one chunk per sequence: one slot row block per warpgroup), the
+// local scratch gets memory of its own.
+TEST(CudaWorkspace, LocalScratchOutgrowingTheSlotsGetsItsOwnMemory) {
+  Table t(problem(4, 10, 2, 4, 64, false), pair_grid());
+  EXPECT_FALSE(t.ws.overlaps(t.b.local, t.b.slots));
+  EXPECT_TRUE(t.ws.overlaps(t.b.dkacc, t.b.shared.u));
+}
+
+// Issue 9's memory goal: the backward's extra memory under 1 GB at B 8, T 16384, H 32, D 64. With the default limit
+// (1 GiB) a call runs over slices of kv heads (api.cu backward, common/head_slices.h); each slice's scratch is the
+// backward's extra peak. Measured before the overlays (tenth session): 2 kv heads per slice, 1.049 GB.
+TEST(CudaWorkspace, EightBy16kBackwardScratchUnderOneGB) {
+  const Problem p = problem(8, 16384, 32, 32, 64, false);
+  const auto bytes = [&](int64_t n) {
+    Table t(slice_problem(p, {0, n}), pair_grid());
+    return t.ws.total();
+  };
+  const std::size_t limit = std::size_t{1} << 30;
+  const int64_t per_slice = heads_per_slice(p.H, limit, bytes);
+  std::printf("8 x 16384, H 32, D 64: %lld kv heads per slice, %.3f GB each (1 kv head: %.3f GB)\n",
+              static_cast<long long>(per_slice), bytes(per_slice) / 1e9, bytes(1) / 1e9);
+  EXPECT_EQ(per_slice, 2);
+  EXPECT_LT(bytes(per_slice), std::size_t{1000000000});
+}
+
+}  // namespace
+}  // namespace pathattn::cuda
