@@ -115,5 +115,19 @@ TEST(CudaWorkspace, EightBy16kBackwardScratchUnderOneGB) {
   EXPECT_LT(bytes(per_slice), std::size_t{1000000000});
 }
 
+// At 32 x 4096 (the same chunks per kv head, a quarter of the slots) the shared buffers let a slice hold 4 kv heads
+// instead of 3: 8 calls instead of 11, each slice's call ending in a tail of its own (docs/cuda.md, "Workspace limit").
+TEST(CudaWorkspace, ThirtyTwoBy4kBackwardSlicesOfFourHeads) {
+  const Problem p = problem(32, 4096, 32, 32, 64, false);
+  const auto bytes = [&](int64_t n) {
+    Table t(slice_problem(p, {0, n}), pair_grid());
+    return t.ws.total();
+  };
+  const int64_t per_slice = heads_per_slice(p.H, std::size_t{1} << 30, bytes);
+  std::printf("32 x 4096, H 32, D 64: %lld kv heads per slice, %.3f GB each\n", static_cast<long long>(per_slice),
+              bytes(per_slice) / 1e9);
+  EXPECT_EQ(per_slice, 4);
+}
+
 }  // namespace
 }  // namespace pathattn::cuda

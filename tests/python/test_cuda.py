@@ -138,7 +138,8 @@ def test_workspace_limit_cuts_the_backward_peak_and_keeps_the_bits(monkeypatch):
     """PATHATTN_CUDA_WORKSPACE_MB (Inputs::cuda_workspace_limit): a limit below the backward's scratch runs it over
     one kv head at a time, and the torch op frees each slice's block before the next (torch/ops.cpp make_inputs),
     so the peak during the backward falls by about the scratch of the heads not in flight (B 4, T 1024, H 16,
-    D 64: ~117 MB of per-head scratch, 7 MB per head, beside ~34 MB of slots that stay) with the same gradients."""
+    D 64: ~96 MB of per-head scratch, 6 MB per head, beside ~35 MB of slots that stay, which the chunk-local
+    stage's scratch reuses: src/cuda/workspace_tables.h) with the same gradients."""
     Bw, Tw, Hw = 4, 1024, 16
     x = random_inputs(Bw, Tw, Hw, Hw, D, D, gate=True, seed=16)
     xc = cuda_inputs(x)
