@@ -436,6 +436,13 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
   dO = sDO;
   float *dU = tile(kDU), *dbW = tile(kDBW), *dW = tile(kDW);
   float* dKc = tile(kDKc);  // [C][C]  d Kcorr
+  // D = 64: N = W W^T and M = W K^T as the factors' recomputation forms them, kept in two scratch tiles that hold
+  // no operand at this D (the operands are in shared memory), so that the key side reloads them (one load wave,
+  // its barrier shared with dKcorr's and dU's staging for M) instead of forming each product again: the same
+  // values, so the same bits. At D = 128 every scratch tile holds an operand, and the key side recomputes them.
+  // (timing_skip's bit 256, which leaves the recomputation out, leaves these tiles stale: timing only.)
+  constexpr bool kKeepNM = Tiles::kInSmem;
+  constexpr int kKeptN = kW, kKeptM = kK;  // [C][C] each, in the tiles W and K take at D = 128
   const int tid = threadIdx.x;
 
   for (int task = blockIdx.x; task < p.num_chunks * p.H; task += gridDim.x) {
@@ -465,10 +472,14 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       bW[r * LD + d] = round_if<kR>(sBeta[r] * W[r * LD + d]);
     }
     if (!(p.timing_skip & 256)) {
-      mm_nosync<NW, C, D, kNone | X, kAKBK>(sT, LC, W, LD, W, LD, 1.f, false);  // W W^T
-      mm<NW, C, D, kB | X, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);   // W K^T
-      for (int e = tid; e < C * C; e += kThreads) {  // A = b strict_lower(W W^T), Y = b strict_lower(W K^T)
+      mm_nosync<NW, C, D, kNone | X, kAKBK>(sT, LC, W, LD, W, LD, 1.f, false);  // N = W W^T
+      mm<NW, C, D, kB | X, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);   // M = W K^T
+      for (int e = tid; e < C * C; e += kThreads) {  // A = b strict_lower(N), Y = b strict_lower(M)
         const int i = e / C, j = e % C;
+        if constexpr (kKeepNM) {  // N and M as the products left them, for the key side (below)
+          tile(kKeptN)[e] = sT[i * LC + j];
+          tile(kKeptM)[e] = s1[i * LC + j];
+        }
         sT[i * LC + j] = j < i ? sBeta[i] * sT[i * LC + j] : 0.f;
         s1[i * LC + j] = j < i ? round_if<kR>(sBeta[i] * s1[i * LC + j]) : 0.f;
     }
@@ -587,13 +598,18 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       int ldkc = C, ldu = D;
       if constexpr (Tiles::kInSmem) {
         stage_together<D>(stage_step<D>(sDq, LD, static_cast<const float*>(dKc), (int64_t)C, C),
-                          stage_step<D>(U, LD, static_cast<const float*>(dU), (int64_t)D, C));
+                          stage_step<D>(U, LD, static_cast<const float*>(dU), (int64_t)D, C),
+                          stage_step<D>(s1, LC, static_cast<const float*>(tile(kKeptM)), (int64_t)C, C));  // M = W K^T
+        __syncthreads();
+      } else {
+        mm<NW, C, D, kB | X, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);  // M = W K^T
+      }
+      if constexpr (Tiles::kInSmem) {
         dKcs = sDq;
         dUs = U;
         ldkc = ldu = LD;
       }
-      mm<NW, C, D, kB | X, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);  // M = W K^T
-      for (int e = tid; e < C * C; e += kThreads) {       // Y = b strict_lower(M) again (not kept: shared memory)
+      for (int e = tid; e < C * C; e += kThreads) {       // Y = b strict_lower(M) again (no shared tile is free to keep it)
         const int i = e / C, j = e % C;
         s3[i * LC + j] = j < i ? round_if<kR>(sBeta[i] * s1[i * LC + j]) : 0.f;
     }
@@ -609,7 +625,12 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
     for (int e = tid; e < C * D; e += kThreads) dW[e] += sBeta[e / D] * dbW[e];
     __syncthreads();
     mm_nosync<NW, C, C, kNone | X | RA | RB | RC, kANBN>(s2, LC, sT, LC, s0, LC, 1.f, false);  // T^T dT
-    mm<NW, C, D, kNone | X, kAKBK>(s1, LC, W, LD, W, LD, 1.f, false);    // W W^T
+    if constexpr (kKeepNM) {
+      stage_together<D>(stage_step<D>(s1, LC, static_cast<const float*>(tile(kKeptN)), (int64_t)C, C));  // N = W W^T
+      __syncthreads();
+    } else {
+      mm<NW, C, D, kNone | X, kAKBK>(s1, LC, W, LD, W, LD, 1.f, false);    // N = W W^T
+    }
     mm<NW, C, C, kNone | X | RA | RB, kAKBK>(s3, LC, s2, LC, sT, LC, -1.f, false);  // dA = -T^T dT T^T (Eq. 30)
     strict_lower_beta_backward<false>(s3, s1, sBeta, sDbeta);  // A = b strict_lower(W W^T): dbeta, then dN = b dA
     for (int e = tid; e < C * C; e += kThreads) {  // dN + dN^T
