@@ -514,8 +514,10 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
         dKh = s3;
         ldp = ldk = LC;
       }
+      // Four products, one barrier: none reads what another writes, and dW's second product (N = D columns as the
+      // first's) adds to the elements the same thread wrote in the first.
       mm_nosync<NW, D, D, kNone | X | RA, kAKBK>(dW, D, U, LD, dP, ldp, -1.f, false);
-      mm<NW, D, D, kNone | X, kAK>(dU, D, W, LD, dP, ldp, -1.f, false);
+      mm_nosync<NW, D, D, kNone | X, kAK>(dU, D, W, LD, dP, ldp, -1.f, false);
       // ---- K^ = K - Kcorr^T W (Eq. 14): dk += dK^ (dkacc holds dK^ and becomes dk), dKcorr = -W dK^^T,
       // dW -= Kcorr dK^ (Eq. 29).
       mm_nosync<NW, C, D, kNone | X, kAKBK>(dKc, C, W, LD, dKh, ldk, -1.f, false);
@@ -559,7 +561,9 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       }
       __syncthreads();
       mm_nosync<NW, D, C, kB | X | RA, kANBN>(p.dvacc + fac * C * D, D, s1, LC, dO, LD, 1.f, true);  // dV += P^T dO (Eq. 5)
-      mm<NW, C, D, kNone | X | RB, kAKBK>(s3, LC, dq, ldq, U, LD, -1.f, false);  // Q^ = Q - QWl U: dQWl = -dQ^ U^T (Eq. 26)
+      // (no barrier of its own: the gate's sums and ds's scaling below touch neither s3 nor dV, and their barrier
+      // comes before s3's and dV's next readers)
+      mm_nosync<NW, C, D, kNone | X | RB, kAKBK>(s3, LC, dq, ldq, U, LD, -1.f, false);  // Q^ = Q - QWl U: dQWl = -dQ^ U^T (Eq. 26)
       if constexpr (kGate) {
         // dG_t = sum_j dl_tj - sum_i dl_it (Eq. 7): the main kernel added the row sums over earlier key chunks
         // (dgrow) and stored minus the column sums over later query chunks (dgacc); this adds the diagonal block's.
@@ -581,9 +585,10 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       mm_nosync<NW, D, C, kB | X | RA, kAK>(dq, ldq, s2, LC, K, LD, 1.f, true);  // dq += dQ^ (in place) + dS K
       mm<NW, C, C, kNone | X | RA | RB, kAKBK>(s3, LC, s2, LC, sKc, LC, -1.f, true);  // dQWl -= dS Kcorr^T
       mask<kR>(s3, [](int i, int jj) { return jj <= i; });
+      // Three independent products, one barrier (before dq is written out).
       mm_nosync<NW, D, C, kB | X | RA, kANBN>(dk, D, s2, LC, Q, LD, 1.f, true);   // dk += dS^T Q
-      mm<NW, D, C, kNone | X | RA, kAK>(dq, ldq, s3, LC, W, LD, 1.f, true);  // QWl: dq += dQWl W (Eq. 28)
-      mm<NW, D, C, kB | X | RA, kANBN>(dW, D, s3, LC, Q, LD, 1.f, true);  //      dW += dQWl^T Q
+      mm_nosync<NW, D, C, kB | X | RA, kANBN>(dW, D, s3, LC, Q, LD, 1.f, true);  // QWl: dW += dQWl^T Q (Eq. 28)
+      mm<NW, D, C, kNone | X | RA, kAK>(dq, ldq, s3, LC, W, LD, 1.f, true);  //      dq += dQWl W
       stage_together<D>(write_step<D>(static_cast<T*>(p.dq) + ci.b * p.sdq.b + (int64_t)ci.t0 * p.sdq.t + hq * p.sdq.h, p.sdq.t,
                                       static_cast<const float*>(dq), ldq, n));
       if constexpr (Tiles::kInSmem) __syncthreads();  // the next head stages its dQ^ into sDq
@@ -617,8 +622,9 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
     mm_nosync<NW, C, C, kNone | X | RB, kAKBK>(s0, LC, dKcs, ldkc, s3, LC, 1.f, false);   // dT = dKcorr Y^T
     mm<NW, C, C, kNone | X | RA, kANBN>(s2, LC, sT, LC, dKcs, ldkc, 1.f, false);  // dY = T^T dKcorr
     strict_lower_beta_backward<kR>(s2, s1, sBeta, sDbeta);  // Y = b strict_lower(M): dbeta, then dM = b dY
+    // Four independent products, one barrier (before dbW and dW are read across threads below).
     mm_nosync<NW, D, C, kB | X | RA, kAK>(dW, D, s2, LC, K, LD, 1.f, true);       // dW += dM K
-    mm<NW, D, C, kNone | X | RA, kANBN>(dk, D, s2, LC, W, LD, 1.f, true);  // dk += dM^T W
+    mm_nosync<NW, D, C, kNone | X | RA, kANBN>(dk, D, s2, LC, W, LD, 1.f, true);  // dk += dM^T W
     mm_nosync<NW, C, D, kNone | X | RB | RC, kAKBK>(s0, LC, dUs, ldu, bW, LD, 1.f, true);    // dT += dU (b W)^T
     mm<NW, D, C, kNone | X | RA, kANBN>(dbW, D, sT, LC, dUs, ldu, 1.f, false);  // d(bW) = T^T dU
     add_row_dots<D>(sDbeta, dbW, D, W, LD);
