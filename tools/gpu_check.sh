@@ -257,6 +257,12 @@ if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ] || [ "$MODE" =
     build-gpu/tests/cuda/test_cuda_forward > "$OUT/errors.log" 2>&1 || true
     build-gpu/tests/cuda/test_cuda_backward --gtest_filter=-Long/* > "$OUT/errors_bwd.log" 2>&1 || true
     grep -E "^\[  FAILED|^\[  PASSED" "$OUT/errors_bwd.log" | tail -20 | tee -a "$SUMMARY"
+    # The same bits as an earlier commit? Every case's errors against that commit's (docs/perf/errors_bwd_<rev>.txt):
+    # deterministic cases must print the same four digits; the fast-mode ones may differ (their atomic order varies).
+    for ref in docs/perf/errors_bwd_*.txt; do
+      [ -f "$ref" ] || continue
+      python3 tools/same_errors.py "$OUT/errors_bwd.log" "$ref" | tee -a "$SUMMARY"
+    done
   fi
   fi
 
