@@ -28,7 +28,7 @@ Fields model_fields(ModelConfig& c) {
 // evaluation mixtures are not options of the command line and not recorded: a rebuilt task has the defaults.)
 Fields task_fields(TaskConfig& t) {
   if (t.name == "flipflop") return {{"flipflop.pairs", &t.flipflop.pairs}, {"flipflop.p_ignore", &t.flipflop.p_ignore}};
-  if (t.name == "a5") return {{"a5.length", &t.a5.length}};
+  if (t.name == "a5") return {{"a5.length", &t.a5.length}, {"a5.bos", &t.a5.bos}};
   if (t.name == "mqrar")
     return {{"mqrar.n_back", &t.mqrar.n_back}, {"mqrar.length", &t.mqrar.length}, {"mqrar.keys", &t.mqrar.keys},
             {"mqrar.values", &t.mqrar.values}, {"mqrar.p_query", &t.mqrar.p_query}};
@@ -148,8 +148,12 @@ RunConfig config_from_text(const std::string& text, const std::string& source) {
     }
     given.insert(e.key);
   }
+  // Keys added after config.txt files were first recorded: absent in those, they keep their defaults (the
+  // behaviour those runs had). Every other key must be there.
+  static const std::set<std::string> kLater = {"a5.bos"};
   for (const auto& f : fields)  // the model's keys, then the task's options
-    if (!given.count(f.first)) throw std::invalid_argument(source + ": missing key '" + f.first + "'");
+    if (!given.count(f.first) && !kLater.count(f.first))
+      throw std::invalid_argument(source + ": missing key '" + f.first + "'");
   if (task == kv.end()) throw std::invalid_argument(source + ": missing key 'task'");
   return c;
 }

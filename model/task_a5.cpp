@@ -47,23 +47,29 @@ class A5 final : public Task {
     if (cfg.length < 1) throw std::invalid_argument("a5 length: expected >= 1, got " + std::to_string(cfg.length));
   }
   std::string name() const override { return "a5"; }
-  int64_t vocab() const override { return 60; }
-  int64_t seq_len() const override { return cfg_.length; }
+  int64_t vocab() const override { return cfg_.bos ? 61 : 60; }
+  int64_t seq_len() const override { return cfg_.length + (cfg_.bos ? 1 : 0); }
   Batch sample(int64_t batch, std::mt19937_64& rng) const override {
     std::uniform_int_distribution<int> pick(0, 59);
-    const int64_t L = cfg_.length;
-    auto input = torch::empty({batch, L}, torch::kLong), target = torch::empty({batch, L}, torch::kLong);
+    const int64_t L = cfg_.length, t0 = cfg_.bos ? 1 : 0;  // t0: where the elements start
+    auto input = torch::empty({batch, L + t0}, torch::kLong), target = torch::empty({batch, L + t0}, torch::kLong);
+    auto mask = torch::ones({batch, L + t0}, torch::kBool);
     auto pi = input.accessor<int64_t, 2>(), pt = target.accessor<int64_t, 2>();
     for (int64_t b = 0; b < batch; ++b) {
+      if (t0) {  // the BOS token, its target (the identity, 0) not scored
+        pi[b][0] = kBos;
+        pt[b][0] = 0;
+      }
       int prod = -1;
       for (int64_t t = 0; t < L; ++t) {
         const int x = pick(rng);
         prod = prod < 0 ? x : a5::mul(prod, x);
-        pi[b][t] = x;
-        pt[b][t] = prod;
+        pi[b][t0 + t] = x;
+        pt[b][t0 + t] = prod;
       }
     }
-    return {input, target, torch::ones({batch, L}, torch::kBool)};
+    if (t0) mask.select(1, 0).fill_(false);
+    return {input, target, mask};
   }
   TaskConfig config() const override {
     TaskConfig c;
@@ -73,6 +79,7 @@ class A5 final : public Task {
   }
 
  private:
+  static constexpr int kBos = 60;
   A5Config cfg_;
 };
 

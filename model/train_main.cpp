@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
   app.add_option("--ff-pairs", task_cfg.flipflop.pairs, "flip-flop: instruction-bit pairs per sequence")->capture_default_str();
   app.add_option("--ff-p-ignore", task_cfg.flipflop.p_ignore, "flip-flop: training p(ignore)")->capture_default_str();
   app.add_option("--a5-length", task_cfg.a5.length, "A5: sequence length")->capture_default_str();
+  app.add_flag("--a5-bos", task_cfg.a5.bos, "A5: a beginning-of-sequence token first (Merrill et al.'s form; model/task.h)");
   app.add_option("--mqrar-n", task_cfg.mqrar.n_back, "MQRAR: N of N-back")->capture_default_str();
   app.add_option("--mqrar-length", task_cfg.mqrar.length, "MQRAR: tokens per sequence")->capture_default_str();
   app.add_option("--mqrar-keys", task_cfg.mqrar.keys, "MQRAR: number of keys")->capture_default_str();

@@ -50,9 +50,12 @@ GRIDS = {
         # width 512, 8 heads as their released code's defaults; stop at 99% sequence accuracy as their code does.
         # by_depth: the cells run depth by depth, and a (length, mechanism) skips the depths above one that a
         # majority of its seeds solved (the fewest layers is then decided below them; see pruned_by).
+        # bos: a BOS token first, as Merrill et al.'s tokenizer does (model/task.h says why it matters); off in the
+        # grid whose cells are in docs/results/synthetic/cells, so --set a5.bos=1 runs go to a runs folder of their
+        # own (the cell ids do not say it).
         "a5": dict(sizes=[5, 10, 15, 20], layers=[1, 2, 3, 4], mechanisms=MECHANISMS, seeds=[1, 2, 3],
                    width=512, heads=8, batch=256, steps=10000, lr=5e-4, warmup=500, weight_decay=0.01,
-                   eval_every=500, eval_size=2048, eval_batch=512, stop=0.01, by_depth=True),
+                   eval_every=500, eval_size=2048, eval_batch=512, stop=0.01, by_depth=True, bos=False),
         # PaTH paper's MQRAR-N: 2 layers, width 256, 2 heads, 32 keys and 32 values, length 768, N = 1..4.
         "mqrar": dict(sizes=[1, 2, 3, 4], layers=[2], mechanisms=MECHANISMS, seeds=[1, 2, 3],
                       width=256, heads=2, length=768, keys=32, values=32, p_query=0.25, batch=64, steps=10000,
@@ -69,7 +72,7 @@ GRIDS = {
     "tiny": {
         "a5": dict(sizes=[3], layers=[1], mechanisms=["path", "rope"], seeds=[1],
                    width=16, heads=2, batch=8, steps=8, lr=3e-3, warmup=2, weight_decay=0.01,
-                   eval_every=4, eval_size=8, eval_batch=8, stop=-1, by_depth=True),
+                   eval_every=4, eval_size=8, eval_batch=8, stop=-1, by_depth=True, bos=False),
         "mqrar": dict(sizes=[1], layers=[1], mechanisms=["path", "rope"], seeds=[1],
                       width=16, heads=2, length=16, keys=4, values=4, p_query=0.25, batch=4, steps=6,
                       lr=3e-3, warmup=2, weight_decay=0.1, eval_every=3, eval_size=4, eval_batch=4, stop=-1),
@@ -102,10 +105,14 @@ class Cell:
         return (self.task, self.size, self.mechanism, self.layers)
 
     def vocab(self):
-        return {"a5": 60, "flipflop": 5}.get(self.task) or 2 * self.opts["keys"] + self.opts["values"]
+        if self.task == "a5":
+            return 61 if self.opts.get("bos") else 60
+        return {"flipflop": 5}.get(self.task) or 2 * self.opts["keys"] + self.opts["values"]
 
     def seq_len(self):
-        return {"a5": self.size, "flipflop": 2 * self.size - 1}.get(self.task) or self.opts["length"] - 1
+        if self.task == "a5":
+            return self.size + (1 if self.opts.get("bos") else 0)
+        return {"flipflop": 2 * self.size - 1}.get(self.task) or self.opts["length"] - 1
 
     def train_args(self):
         """pathattn_train's options of this cell (everything but where it runs)."""
@@ -116,7 +123,7 @@ class Cell:
                 "--eval-size", o["eval_size"], "--eval-batch", o["eval_batch"], "--seed", self.seed,
                 "--log-every", max(1, o["eval_every"] // 2)]
         if self.task == "a5":
-            args += ["--a5-length", self.size, "--stop-seq-error", o["stop"]]
+            args += ["--a5-length", self.size, "--stop-seq-error", o["stop"]] + (["--a5-bos"] if o.get("bos") else [])
         elif self.task == "mqrar":
             args += ["--mqrar-n", self.size, "--mqrar-length", o["length"], "--mqrar-keys", o["keys"],
                      "--mqrar-values", o["values"], "--mqrar-p-query", o["p_query"], "--stop-error", o["stop"]]

@@ -269,10 +269,18 @@ TEST(ModelCheckpoint, RoundTripThroughTheLoaderGivesIdenticalLogits) {
   mq.mqrar.keys = 5;
   mq.mqrar.values = 6;
   mq.mqrar.p_query = 0.3;
-  for (const auto& t : {task, a5, mq}) {
+  TaskConfig a5b = a5;
+  a5b.a5.bos = true;
+  for (const auto& t : {task, a5, a5b, mq}) {
     const RunConfig rc = config_from_text(config_to_text(path, make_task(t)->config()), t.name);
     EXPECT_EQ(config_to_text(rc.model, rc.task), config_to_text(path, t)) << t.name;
   }
+  // a5.bos came after the first A5 runs recorded their config.txt: absent, it is off (what those runs did).
+  std::string old_text = config_to_text(path, a5b);
+  old_text.erase(old_text.find("a5.bos=1\n"), std::string("a5.bos=1\n").size());
+  const RunConfig old_run = config_from_text(old_text, "an older config.txt");
+  EXPECT_FALSE(old_run.task.a5.bos);
+  EXPECT_EQ(old_run.task.a5.length, 9);
 }
 
 // Reads answered by generation score exactly what the full forward predicts at each read (greedy): the answers are

@@ -7,6 +7,7 @@
 
 #include "task.h"
 #include "trainer.h"
+#include "transformer.h"
 
 using namespace pathattn::model;
 
@@ -210,6 +211,55 @@ TEST(ModelTasks, MqrarAnswersMatchADictionaryOfHistories) {
       }
     }
     EXPECT_GT(queries, 100) << "N = " << n;
+  }
+}
+
+// With bos, a BOS token (60) comes first and is not scored; the elements after it are the draws of the form without it
+// (the same generator state gives the same sequence), and the targets their running products.
+TEST(ModelTasks, A5WithBosPutsAnUnscoredTokenFirst) {
+  A5Config plain, with;
+  plain.length = with.length = 7;
+  with.bos = true;
+  auto tp = make_a5(plain), tb = make_a5(with);
+  EXPECT_EQ(tb->vocab(), 61);
+  EXPECT_EQ(tb->seq_len(), 8);
+  std::mt19937_64 r1(5), r2(5);
+  const Batch a = tp->sample(32, r1), b = tb->sample(32, r2);
+  ASSERT_EQ(b.input.sizes(), (std::vector<int64_t>{32, 8}));
+  EXPECT_TRUE((b.input.select(1, 0) == 60).all().item<bool>());
+  EXPECT_FALSE(b.mask.select(1, 0).any().item<bool>()) << "the BOS position is not scored";
+  EXPECT_TRUE(b.mask.narrow(1, 1, 7).all().item<bool>());
+  EXPECT_TRUE(torch::equal(b.input.narrow(1, 1, 7), a.input));
+  EXPECT_TRUE(torch::equal(b.target.narrow(1, 1, 7), a.target));
+  for (const auto& s : tb->eval_sets(16, 3)) {
+    EXPECT_TRUE((s.data.input.select(1, 0) == 60).all().item<bool>()) << s.name;
+    EXPECT_FALSE(s.data.mask.select(1, 0).any().item<bool>()) << s.name;
+  }
+}
+
+// Why A5 takes a BOS token: without one, position 1 of x, x, ... sees exactly what position 0 does (the values it
+// averages are all equal, whatever weights the position encoding gives them), so every mechanism must answer x there
+// too, where x x is asked. Randomly initialised models of each mechanism give equal logits at the two positions (to
+// f32 rounding); after a BOS token the two positions differ.
+TEST(ModelTasks, A5RepeatedFirstTokenIsIndistinguishableWithoutBos) {
+  for (Mechanism m : {Mechanism::path, Mechanism::path_fox, Mechanism::rope, Mechanism::fox, Mechanism::nope}) {
+    ModelConfig c;
+    c.vocab = 61;
+    c.n_layer = 2;
+    c.d_model = 64;
+    c.n_head = 2;
+    c.mechanism = m;
+    torch::manual_seed(3);
+    Transformer model(c);
+    torch::NoGradGuard ng;
+    model->eval();
+    const auto plain = model->forward(torch::tensor({{17, 17, 5, 42}}, torch::kLong))[0];        // [T, V]
+    const auto with = model->forward(torch::tensor({{60, 17, 17, 5, 42}}, torch::kLong))[0];
+    auto rel = [](const torch::Tensor& a, const torch::Tensor& b) {
+      return (a - b).norm().item<double>() / b.norm().item<double>();
+    };
+    EXPECT_LT(rel(plain[1], plain[0]), 1e-5) << mechanism_name(m) << ": positions 0 and 1 of x, x should be alike";
+    EXPECT_GT(rel(with[2], with[1]), 1e-3) << mechanism_name(m) << ": after BOS, positions 1 and 2 should differ";
   }
 }
 

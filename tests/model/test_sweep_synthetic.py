@@ -192,6 +192,29 @@ def final(folder):
                               "prefix_sequence_accuracy")}
 
 
+def test_a5_bos_is_an_option_of_the_cell(tmp_path):
+    """--set a5.bos=1 (a BOS token first, model/task.h) reaches pathattn_train and the cell's sizes; a cell recorded
+    without it is another cell under the same id, which the driver refuses to mix with it; and the trainer records
+    the option in the run's config.txt."""
+    def a5(*sets):
+        return sweep.make_grid(argparse.Namespace(grid="tiny", tasks="a5", only="", set=list(sets)))[0]
+    plain, bos = a5(), a5("a5.bos=1")
+    assert "--a5-bos" not in plain.train_args() and "--a5-bos" in bos.train_args()
+    assert (plain.vocab(), plain.seq_len()) == (60, 3) and (bos.vocab(), bos.seq_len()) == (61, 4)
+    folder = tmp_path / plain.id
+    folder.mkdir()
+    (folder / "cell.json").write_text(json.dumps(plain.record()))
+    with pytest.raises(SystemExit, match="other options"):
+        sweep.cell_state(bos, [str(tmp_path)])
+    out = tmp_path / "run"
+    cmd = [train_binary(), *bos.train_args(), "--steps", "2", "--eval-every", "2", "--device", "cpu", "--threads", "1",
+           "--out", str(out)]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout
+    assert "a5.bos=1" in (out / "ckpt" / "config.txt").read_text().splitlines()
+    assert len(json.load(open(out / "metrics.json"))["position_accuracy"]) == 4
+
+
 def test_sweep_skips_finished_cells_and_resumes_interrupted_ones(tmp_path):
     build = os.path.dirname(os.path.dirname(train_binary()))
     cells = ["a5-len3-l1-path-s1", "a5-len3-l1-rope-s1"]
