@@ -8,7 +8,8 @@
 // local_tf32), C x C matrices in shared memory. The C x D operands (W, b W, U, K, V and per query head Q, dO,
 // dQ^; K, V, Q, dO kept in the inputs' 16-bit type, which is exact) are in shared memory too at D = 64 (LocalTiles:
 // one CTA of 512 threads per SM, 218 KB), in the CTA's scratch slot in global memory at D = 128 (two CTAs of 256);
-// the accumulators dU, d(bW), dW, dKcorr stay in the scratch slot, dK^, dV, dP in the workspace, which this kernel
+// the accumulators dU, d(bW), dW, dKcorr stay in the scratch slot (at D = 64 also N = W W^T and M = W K^T, kept for
+// the key side), dK^, dV, dP in the workspace, which this kernel
 // finishes in place (dqacc -> dq, dkacc -> dk, dvacc -> dv). Why the operands moved (v6): with every operand in
 // the global scratch, 40% of the stalls were on L1TEX and each 64 x 64 x 64 product took ~8 us, ~10x its tensor
 // time (docs/perf/notes.md, backward v4-v5). Persistent CTAs stride over the (chunk, kv head) tasks; each CTA owns
