@@ -197,15 +197,6 @@ void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out) {
 
 namespace {
 
-// The launch grid of a backward over p's heads with this plan: `resident` (backward_grid: the CTAs that fit the
-// device, the same for every slice of a call) capped by the plan's tasks.
-BwdGrid grid_for(const BwdGrid& resident, const Problem& p, const Plan& plan) {
-  BwdGrid grid = resident;
-  grid.main_ctas = std::min(grid.main_ctas, static_cast<int>(plan.bwd_tasks.size()));
-  grid.local_ctas = std::min(grid.local_ctas, static_cast<int>(plan.chunks.size() * p.H));
-  return grid;
-}
-
 // One backward call over all of p's heads (a slice of the caller's, see backward()).
 void backward_heads(const Problem& p, const Inputs& in, const TensorView& o, const TensorView& lse,
                     const TensorView& dout, const TensorView& dlse, const Gradients& grads,
@@ -215,7 +206,7 @@ void backward_heads(const Problem& p, const Inputs& in, const TensorView& o, con
   if (NC == 0) return;
   check_32bit(p, NC, "backward");
   const int D = static_cast<int>(p.D);
-  const BwdGrid grid = grid_for(resident, p, plan);
+  const BwdGrid grid = backward_grid_for(resident, p, plan);
   if (static_cast<int64_t>(main_slots(grid)) * plan.max_chunks * kChunk > INT32_MAX)
     throw Error("pathattn: cuda backward: " + std::to_string(main_slots(grid)) + " slots x " +
                 std::to_string(plan.max_chunks * kChunk) + " rows exceed the kernels' 32-bit coordinates (2^31 - 1)");
@@ -298,7 +289,7 @@ void backward(const Problem& p, const Inputs& in, const TensorView& o, const Ten
     const Problem ps = slice_problem(p, {0, n});
     const Plan plan = make_plan(segs, static_cast<int>(n), true, pair_group, resident.pair_main ? 2 : 1);
     Workspace ws;
-    declare_backward(ws, ps, plan, grid_for(resident, ps, plan));
+    declare_backward(ws, ps, plan, backward_grid_for(resident, ps, plan));
     return ws.total();
   };
   const std::size_t limit = workspace_limit(in);

@@ -1,5 +1,7 @@
 #include "cuda/workspace_tables.h"
 
+#include <algorithm>
+
 #include "cuda/params.h"
 
 namespace pathattn::cuda {
@@ -48,6 +50,13 @@ BwdBuffers declare_backward(Workspace& ws, const Problem& p, const Plan& plan, c
   b.local = ws.overlay("local scratch", b.slots, b.slots,
                        static_cast<std::size_t>(grid.local_ctas) * kLocalTiles * kChunk * D * 4);
   return b;
+}
+
+BwdGrid backward_grid_for(const BwdGrid& resident, const Problem& p, const Plan& plan) {
+  BwdGrid grid = resident;
+  grid.main_ctas = std::min(grid.main_ctas, static_cast<int>(plan.bwd_tasks.size()));
+  grid.local_ctas = std::min(grid.local_ctas, static_cast<int>(plan.chunks.size() * p.H));
+  return grid;
 }
 
 }  // namespace pathattn::cuda

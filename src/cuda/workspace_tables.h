@@ -32,4 +32,8 @@ struct BwdBuffers {
 // Together ~90 MB of the 1.05 GB a 2-kv-head slice took at 8 x 16384, D 64 (docs/perf/notes.md).
 BwdBuffers declare_backward(Workspace& ws, const Problem& p, const Plan& plan, const BwdGrid& grid);
 
+// The launch grid of a backward over p's heads with this plan, which sizes its slots and scratch: `resident` (the
+// CTAs that fit the device, the same for every slice of a call) capped by the plan's tasks.
+BwdGrid backward_grid_for(const BwdGrid& resident, const Problem& p, const Plan& plan);
+
 }  // namespace pathattn::cuda

@@ -39,15 +39,14 @@ Problem problem(int64_t B, int64_t T, int64_t H, int64_t HQ, int64_t D, bool gat
   return p;
 }
 
-// What api.cu's backward declares for a call over these heads (its plan and grid, as backward_heads makes them).
+// What api.cu's backward declares for a call over these heads (its plan and grid, as backward_heads makes them; the
+// pair kernel's blocks of two key chunks).
 struct Table {
   Workspace ws;
   BwdBuffers b;
   Table(const Problem& p, const BwdGrid& grid) {
     const Plan plan = make_plan(p.segments, static_cast<int>(p.H), true, bwd_pair_group(p.T), 2);
-    BwdGrid g = grid;
-    g.main_ctas = std::min(g.main_ctas, static_cast<int>(plan.bwd_tasks.size()));
-    b = declare_backward(ws, p, plan, g);
+    b = declare_backward(ws, p, plan, backward_grid_for(grid, p, plan));
   }
 };
 
