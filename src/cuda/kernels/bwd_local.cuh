@@ -8,8 +8,7 @@
 // local_tf32), C x C matrices in shared memory. The C x D operands (W, b W, U, K, V and per query head Q, dO,
 // dQ^; K, V, Q, dO kept in the inputs' 16-bit type, which is exact) are in shared memory too at D = 64 (LocalTiles:
 // one CTA of 512 threads per SM, 218 KB), in the CTA's scratch slot in global memory at D = 128 (two CTAs of 256);
-// the accumulators dU, d(bW), dW, dKcorr stay in the scratch slot (at D = 64 also N = W W^T and M = W K^T, kept for
-// the key side), dK^, dV, dP in the workspace, which this kernel
+// the accumulators dU, d(bW), dW, dKcorr stay in the scratch slot, dK^, dV, dP in the workspace, which this kernel
 // finishes in place (dqacc -> dq, dkacc -> dk, dvacc -> dv). Why the operands moved (v6): with every operand in
 // the global scratch, 40% of the stalls were on L1TEX and each 64 x 64 x 64 product took ~8 us, ~10x its tensor
 // time (docs/perf/notes.md, backward v4-v5). Persistent CTAs stride over the (chunk, kv head) tasks; each CTA owns
@@ -437,13 +436,6 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
   dO = sDO;
   float *dU = tile(kDU), *dbW = tile(kDBW), *dW = tile(kDW);
   float* dKc = tile(kDKc);  // [C][C]  d Kcorr
-  // D = 64: N = W W^T and M = W K^T as the factors' recomputation forms them, kept in two scratch tiles that hold
-  // no operand at this D (the operands are in shared memory), so that the key side reloads them (one load wave,
-  // its barrier shared with dKcorr's and dU's staging for M) instead of forming each product again: the same
-  // values, so the same bits. At D = 128 every scratch tile holds an operand, and the key side recomputes them.
-  // (timing_skip's bit 256, which leaves the recomputation out, leaves these tiles stale: timing only.)
-  constexpr bool kKeepNM = Tiles::kInSmem;
-  constexpr int kKeptN = kW, kKeptM = kK;  // [C][C] each, in the tiles W and K take at D = 128
   const int tid = threadIdx.x;
 
   for (int task = blockIdx.x; task < p.num_chunks * p.H; task += gridDim.x) {
@@ -473,14 +465,10 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       bW[r * LD + d] = round_if<kR>(sBeta[r] * W[r * LD + d]);
     }
     if (!(p.timing_skip & 256)) {
-      mm_nosync<NW, C, D, kNone | X, kAKBK>(sT, LC, W, LD, W, LD, 1.f, false);  // N = W W^T
-      mm<NW, C, D, kB | X, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);   // M = W K^T
-      for (int e = tid; e < C * C; e += kThreads) {  // A = b strict_lower(N), Y = b strict_lower(M)
+      mm_nosync<NW, C, D, kNone | X, kAKBK>(sT, LC, W, LD, W, LD, 1.f, false);  // W W^T
+      mm<NW, C, D, kB | X, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);   // W K^T
+      for (int e = tid; e < C * C; e += kThreads) {  // A = b strict_lower(W W^T), Y = b strict_lower(W K^T)
         const int i = e / C, j = e % C;
-        if constexpr (kKeepNM) {  // N and M as the products left them, for the key side (below)
-          tile(kKeptN)[e] = sT[i * LC + j];
-          tile(kKeptM)[e] = s1[i * LC + j];
-        }
         sT[i * LC + j] = j < i ? sBeta[i] * sT[i * LC + j] : 0.f;
         s1[i * LC + j] = j < i ? round_if<kR>(sBeta[i] * s1[i * LC + j]) : 0.f;
     }
@@ -515,10 +503,8 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
         dKh = s3;
         ldp = ldk = LC;
       }
-      // Four products, one barrier: none reads what another writes, and dW's second product (N = D columns as the
-      // first's) adds to the elements the same thread wrote in the first.
       mm_nosync<NW, D, D, kNone | X | RA, kAKBK>(dW, D, U, LD, dP, ldp, -1.f, false);
-      mm_nosync<NW, D, D, kNone | X, kAK>(dU, D, W, LD, dP, ldp, -1.f, false);
+      mm<NW, D, D, kNone | X, kAK>(dU, D, W, LD, dP, ldp, -1.f, false);
       // ---- K^ = K - Kcorr^T W (Eq. 14): dk += dK^ (dkacc holds dK^ and becomes dk), dKcorr = -W dK^^T,
       // dW -= Kcorr dK^ (Eq. 29).
       mm_nosync<NW, C, D, kNone | X, kAKBK>(dKc, C, W, LD, dKh, ldk, -1.f, false);
@@ -562,9 +548,7 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       }
       __syncthreads();
       mm_nosync<NW, D, C, kB | X | RA, kANBN>(p.dvacc + fac * C * D, D, s1, LC, dO, LD, 1.f, true);  // dV += P^T dO (Eq. 5)
-      // (no barrier of its own: the gate's sums and ds's scaling below touch neither s3 nor dV, and their barrier
-      // comes before s3's and dV's next readers)
-      mm_nosync<NW, C, D, kNone | X | RB, kAKBK>(s3, LC, dq, ldq, U, LD, -1.f, false);  // Q^ = Q - QWl U: dQWl = -dQ^ U^T (Eq. 26)
+      mm<NW, C, D, kNone | X | RB, kAKBK>(s3, LC, dq, ldq, U, LD, -1.f, false);  // Q^ = Q - QWl U: dQWl = -dQ^ U^T (Eq. 26)
       if constexpr (kGate) {
         // dG_t = sum_j dl_tj - sum_i dl_it (Eq. 7): the main kernel added the row sums over earlier key chunks
         // (dgrow) and stored minus the column sums over later query chunks (dgacc); this adds the diagonal block's.
@@ -586,10 +570,9 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       mm_nosync<NW, D, C, kB | X | RA, kAK>(dq, ldq, s2, LC, K, LD, 1.f, true);  // dq += dQ^ (in place) + dS K
       mm<NW, C, C, kNone | X | RA | RB, kAKBK>(s3, LC, s2, LC, sKc, LC, -1.f, true);  // dQWl -= dS Kcorr^T
       mask<kR>(s3, [](int i, int jj) { return jj <= i; });
-      // Three independent products, one barrier (before dq is written out).
       mm_nosync<NW, D, C, kB | X | RA, kANBN>(dk, D, s2, LC, Q, LD, 1.f, true);   // dk += dS^T Q
-      mm_nosync<NW, D, C, kB | X | RA, kANBN>(dW, D, s3, LC, Q, LD, 1.f, true);  // QWl: dW += dQWl^T Q (Eq. 28)
-      mm<NW, D, C, kNone | X | RA, kAK>(dq, ldq, s3, LC, W, LD, 1.f, true);  //      dq += dQWl W
+      mm<NW, D, C, kNone | X | RA, kAK>(dq, ldq, s3, LC, W, LD, 1.f, true);  // QWl: dq += dQWl W (Eq. 28)
+      mm<NW, D, C, kB | X | RA, kANBN>(dW, D, s3, LC, Q, LD, 1.f, true);  //      dW += dQWl^T Q
       stage_together<D>(write_step<D>(static_cast<T*>(p.dq) + ci.b * p.sdq.b + (int64_t)ci.t0 * p.sdq.t + hq * p.sdq.h, p.sdq.t,
                                       static_cast<const float*>(dq), ldq, n));
       if constexpr (Tiles::kInSmem) __syncthreads();  // the next head stages its dQ^ into sDq
@@ -604,18 +587,13 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       int ldkc = C, ldu = D;
       if constexpr (Tiles::kInSmem) {
         stage_together<D>(stage_step<D>(sDq, LD, static_cast<const float*>(dKc), (int64_t)C, C),
-                          stage_step<D>(U, LD, static_cast<const float*>(dU), (int64_t)D, C),
-                          stage_step<D>(s1, LC, static_cast<const float*>(tile(kKeptM)), (int64_t)C, C));  // M = W K^T
-        __syncthreads();
-      } else {
-        mm<NW, C, D, kB | X, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);  // M = W K^T
-      }
-      if constexpr (Tiles::kInSmem) {
+                          stage_step<D>(U, LD, static_cast<const float*>(dU), (int64_t)D, C));
         dKcs = sDq;
         dUs = U;
         ldkc = ldu = LD;
       }
-      for (int e = tid; e < C * C; e += kThreads) {       // Y = b strict_lower(M) again (no shared tile is free to keep it)
+      mm<NW, C, D, kB | X, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);  // M = W K^T
+      for (int e = tid; e < C * C; e += kThreads) {       // Y = b strict_lower(M) again (not kept: shared memory)
         const int i = e / C, j = e % C;
         s3[i * LC + j] = j < i ? round_if<kR>(sBeta[i] * s1[i * LC + j]) : 0.f;
     }
@@ -623,21 +601,15 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
     mm_nosync<NW, C, C, kNone | X | RB, kAKBK>(s0, LC, dKcs, ldkc, s3, LC, 1.f, false);   // dT = dKcorr Y^T
     mm<NW, C, C, kNone | X | RA, kANBN>(s2, LC, sT, LC, dKcs, ldkc, 1.f, false);  // dY = T^T dKcorr
     strict_lower_beta_backward<kR>(s2, s1, sBeta, sDbeta);  // Y = b strict_lower(M): dbeta, then dM = b dY
-    // Four independent products, one barrier (before dbW and dW are read across threads below).
     mm_nosync<NW, D, C, kB | X | RA, kAK>(dW, D, s2, LC, K, LD, 1.f, true);       // dW += dM K
-    mm_nosync<NW, D, C, kNone | X | RA, kANBN>(dk, D, s2, LC, W, LD, 1.f, true);  // dk += dM^T W
+    mm<NW, D, C, kNone | X | RA, kANBN>(dk, D, s2, LC, W, LD, 1.f, true);  // dk += dM^T W
     mm_nosync<NW, C, D, kNone | X | RB | RC, kAKBK>(s0, LC, dUs, ldu, bW, LD, 1.f, true);    // dT += dU (b W)^T
     mm<NW, D, C, kNone | X | RA, kANBN>(dbW, D, sT, LC, dUs, ldu, 1.f, false);  // d(bW) = T^T dU
     add_row_dots<D>(sDbeta, dbW, D, W, LD);
     for (int e = tid; e < C * D; e += kThreads) dW[e] += sBeta[e / D] * dbW[e];
     __syncthreads();
     mm_nosync<NW, C, C, kNone | X | RA | RB | RC, kANBN>(s2, LC, sT, LC, s0, LC, 1.f, false);  // T^T dT
-    if constexpr (kKeepNM) {
-      stage_together<D>(stage_step<D>(s1, LC, static_cast<const float*>(tile(kKeptN)), (int64_t)C, C));  // N = W W^T
-      __syncthreads();
-    } else {
-      mm<NW, C, D, kNone | X, kAKBK>(s1, LC, W, LD, W, LD, 1.f, false);    // N = W W^T
-    }
+    mm<NW, C, D, kNone | X, kAKBK>(s1, LC, W, LD, W, LD, 1.f, false);    // W W^T
     mm<NW, C, C, kNone | X | RA | RB, kAKBK>(s3, LC, s2, LC, sT, LC, -1.f, false);  // dA = -T^T dT T^T (Eq. 30)
     strict_lower_beta_backward<false>(s3, s1, sBeta, sDbeta);  // A = b strict_lower(W W^T): dbeta, then dN = b dA
     for (int e = tid; e < C * C; e += kThreads) {  // dN + dN^T
