@@ -111,7 +111,7 @@ struct Inputs {
   // so a limit below it is exceeded.
   // PATHATTN_CUDA_WORKSPACE_MB in the environment overrides it for every call (0: no limit). docs/cuda.md,
   // "Workspace limit": 1 GiB by default, which takes the backward's scratch at B = 8, T = 16384, H = 32, D = 64
-  // from 8.1 to 1.05 GB for 5-7% of its time (measured on the H200; 0, no limit, is the fastest).
+  // from 7.0 to 0.96 GB for 7% of its time (measured on an H100, twenty-seventh session; 0, no limit, is the fastest).
   std::size_t cuda_workspace_limit = std::size_t{1} << 30;
 };
 
