@@ -88,7 +88,16 @@ case "$CMD" in
       --results "$RESULTS" "${done_args[@]}" --device "$SYN_DEVICE" --jobs-per-gpu "$SYN_JOBS_PER_GPU" \
       --budget "$SYN_BUDGET" --ckpt-every "$SYN_CKPT_EVERY" "$@" 2>&1 | tee -a "$RESULTS/sweep.log"
     rc=${PIPESTATUS[0]}
-    "${sweep[@]}" status --grid "$SYN_GRID" --tasks "$SYN_TASKS" --runs "$SYN_RUNS" "${done_args[@]}"
+    # The status of the same grid: run's --only and --set shape it (a --set a5.bos=... run read against the plain
+    # grid stops at its first cell as "recorded with other options"); its other options are run's alone.
+    grid_opts=(); args=("$@")
+    for ((i = 0; i < ${#args[@]}; i++)); do
+      case "${args[i]}" in
+        --only|--set) grid_opts+=("${args[i]}" "${args[i + 1]:-}"); i=$((i + 1)) ;;
+        --only=*|--set=*) grid_opts+=("${args[i]}") ;;
+      esac
+    done
+    "${sweep[@]}" status --grid "$SYN_GRID" --tasks "$SYN_TASKS" --runs "$SYN_RUNS" "${done_args[@]}" "${grid_opts[@]}"
     pack
     exit "$rc"
     ;;

@@ -215,6 +215,30 @@ def test_a5_bos_is_an_option_of_the_cell(tmp_path):
     assert len(json.load(open(out / "metrics.json"))["position_accuracy"]) == 4
 
 
+def test_gpu_script_reads_the_status_of_the_grid_it_ran(tmp_path):
+    """tools/synthetic_gpu.sh run ends with the status of the grid it ran: with --set a5.bos=1 that grid's, not the
+    plain one's, which would stop at the first cell as "recorded with other options" (the twenty-seventh session's
+    BOS cells did). The tiny grid on the CPU, --max-steps-per-call 2 so that it takes seconds."""
+    build = os.path.dirname(os.path.dirname(train_binary()))
+    env = dict(os.environ, SYN_DEVICE="cpu", SYN_BUILD=build, SYN_GRID="tiny", SYN_TASKS="a5", SYN_DONE="none",
+               SYN_RUNS=str(tmp_path / "runs"), SYN_BUDGET="0")
+    env.pop("OUT", None)
+    r = subprocess.run(["bash", os.path.join(ROOT, "tools", "synthetic_gpu.sh"), "run", "--only", "path",
+                        "--set", "a5.bos=1", "--max-steps-per-call", "2"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stdout
+    assert "recorded with other options" not in r.stdout, r.stdout
+    assert "a5: 0 finished, 1 started, 0 not started" in r.stdout, r.stdout
+
+
+def test_set_refuses_a_boolean_it_cannot_read():
+    def a5(*sets):
+        return sweep.make_grid(argparse.Namespace(grid="tiny", tasks="a5", only="", set=list(sets)))[0]
+    assert "--a5-bos" in a5("a5.bos=true").train_args() and "--a5-bos" not in a5("a5.bos=0").train_args()
+    with pytest.raises(SystemExit, match="expected 0, 1, false or true, got 'yes'"):
+        a5("a5.bos=yes")
+
+
 def test_sweep_skips_finished_cells_and_resumes_interrupted_ones(tmp_path):
     build = os.path.dirname(os.path.dirname(train_binary()))
     cells = ["a5-len3-l1-path-s1", "a5-len3-l1-rope-s1"]
