@@ -71,7 +71,9 @@ def a5_tables(rows):
     mechs = mechanisms(rows)
     out, points = [], {}
     out.append("Fewest layers that solve each length (a group solved: the majority of its seeds reach 90% sequence "
-               f"accuracy); '>{max(depths)}': no depth that was run solves it; '?': undetermined (a seed still pending).")
+               f"accuracy); '>{max(depths)}': no depth that was run solves it; '?': undetermined (a seed still pending). "
+               "A depth that leaves a length unsolved counts as leaving the longer lengths unsolved where their own "
+               "seeds have no majority (tools/sweep_synthetic.py, MONOTONE_IN_SIZE).")
     out.append("")
     out.append("| length | " + " | ".join(mechs) + " |")
     out.append("|" + " --- |" * (len(mechs) + 1))
@@ -98,7 +100,8 @@ def a5_tables(rows):
                     continue
                 acc = [float(r["seq_accuracy"]) for r in finished(rows)
                        if (int(r["size"]), r["mechanism"], int(r["layers"])) == (n, m, l)]
-                cells.append(f"{g['solved']}/{g['solved'] + g['failed']} (of {g['seeds']}) {g['verdict']}; "
+                verdict = g["verdict"] + (f" (as length {g['implied_by']})" if "implied_by" in g else "")
+                cells.append(f"{g['solved']}/{g['solved'] + g['failed']} (of {g['seeds']}) {verdict}; "
                              f"{fmt_spread(acc)}")
             out.append(f"| {m} | {l} | " + " | ".join(cells) + " |")
     return out, points, depths

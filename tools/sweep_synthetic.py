@@ -25,7 +25,11 @@ be reached, pending otherwise. The fewest layers that solve a length is the smal
 shallower depth is unsolved (a pending shallower depth leaves it undetermined). So for A5 (by_depth) the cells run
 depth by depth and the depths above a solved one are skipped: they cannot change the answer (pruned_by). The
 remaining seeds of a group whose verdict is already decided run after every cell that can still change one
-(next_cell).
+(next_cell). A5 is also taken as monotone in its length (MONOTONE_IN_SIZE): a depth that leaves a length unsolved
+is read as leaving every longer length unsolved (a model that gets length n right gets each of its shorter prefixes
+right, since every position is scored), so a pending group with an unsolved shorter length at its depth counts as
+unsolved (group_verdicts, "implied_by"), and with by_length its cells are skipped (pruned_by_length): a depth at which
+length 5 fails is not run at lengths 10-20. Cells that ran keep their own verdict.
 """
 import argparse
 import copy
@@ -50,13 +54,16 @@ GRIDS = {
         # width 512, 8 heads as their released code's defaults; stop at 99% sequence accuracy as their code does.
         # by_depth: the cells run depth by depth, and a (length, mechanism) skips the depths above one that a
         # majority of its seeds solved (the fewest layers is then decided below them; see pruned_by).
+        # by_length: inside a depth every seed of a length runs before the next length, and the longer lengths of a
+        # depth whose shorter length is unsolved are skipped (pruned_by_length; MONOTONE_IN_SIZE says why).
         # bos: a BOS token first, as Merrill et al.'s tokenizer does (model/task.h says why it matters). On since the
         # twenty-seventh session: without it PaTH failed three layers at length 10 on both seeds and solved it on 3
         # of 5 with it (docs/results/synthetic/README.md). The cells run without it are in
         # docs/results/synthetic/cells-a5-nobos (the cell ids do not say it: --set a5.bos=0 reads them).
         "a5": dict(sizes=[5, 10, 15, 20], layers=[1, 2, 3, 4], mechanisms=MECHANISMS, seeds=[1, 2, 3],
                    width=512, heads=8, batch=256, steps=10000, lr=5e-4, warmup=500, weight_decay=0.01,
-                   eval_every=500, eval_size=2048, eval_batch=512, stop=0.01, by_depth=True, bos=True),
+                   eval_every=500, eval_size=2048, eval_batch=512, stop=0.01, by_depth=True, by_length=True,
+                   bos=True),
         # PaTH paper's MQRAR-N: 2 layers, width 256, 2 heads, 32 keys and 32 values, length 768, N = 1..4.
         "mqrar": dict(sizes=[1, 2, 3, 4], layers=[2], mechanisms=MECHANISMS, seeds=[1, 2, 3],
                       width=256, heads=2, length=768, keys=32, values=32, p_query=0.25, batch=64, steps=10000,
@@ -73,7 +80,7 @@ GRIDS = {
     "tiny": {
         "a5": dict(sizes=[3], layers=[1], mechanisms=["path", "rope"], seeds=[1],
                    width=16, heads=2, batch=8, steps=8, lr=3e-3, warmup=2, weight_decay=0.01,
-                   eval_every=4, eval_size=8, eval_batch=8, stop=-1, by_depth=True, bos=False),
+                   eval_every=4, eval_size=8, eval_batch=8, stop=-1, by_depth=True, by_length=False, bos=False),
         "mqrar": dict(sizes=[1], layers=[1], mechanisms=["path", "rope"], seeds=[1],
                       width=16, heads=2, length=16, keys=4, values=4, p_query=0.25, batch=4, steps=6,
                       lr=3e-3, warmup=2, weight_decay=0.1, eval_every=3, eval_size=4, eval_batch=4, stop=-1),
@@ -158,7 +165,9 @@ def parse_value(text, like):
 def make_grid(args):
     """The cells of --grid, --tasks, --set and --only, in run order (task by task, then seed, size, layers,
     mechanism: the first seed of every cell comes before the second; for a task with by_depth, layers first, then
-    seed, size, mechanism: every seed of a depth before the next depth, so that pruned_by can skip deeper cells)."""
+    seed, size, mechanism: every seed of a depth before the next depth, so that pruned_by can skip deeper cells; with
+    by_length too, layers, size, seed, mechanism: every seed of a length before the next length of the same depth,
+    so that pruned_by_length can skip longer ones)."""
     if args.grid not in GRIDS:
         raise SystemExit(f"--grid: expected one of {', '.join(GRIDS)}, got '{args.grid}'")
     grid = copy.deepcopy(GRIDS[args.grid])
@@ -186,6 +195,8 @@ def make_grid(args):
                       for layers in g["layers"] for mech in g["mechanisms"]]
         if opts.get("by_depth"):  # stable: seed, size, mechanism order kept inside each depth
             task_cells.sort(key=lambda c: g["layers"].index(c.layers))
+        if opts.get("by_depth") and opts.get("by_length"):  # stable: seed, mechanism order inside each length
+            task_cells.sort(key=lambda c: (g["layers"].index(c.layers), sorted(g["sizes"]).index(c.size)))
         cells += task_cells
     if args.only:
         rx = re.compile(args.only)
@@ -259,10 +270,15 @@ def solved(row):
     return float(value) >= SOLVED_THRESHOLD
 
 
-def group_verdicts(rows):
+# Tasks whose sizes are monotone in difficulty (module docstring): A5's length.
+MONOTONE_IN_SIZE = ("a5",)
+
+
+def group_verdicts(rows, monotone=MONOTONE_IN_SIZE):
     """{(task, size, mechanism, layers): dict(solved, failed, pending, seeds, verdict)} over the summary's rows (every
     planned seed of a group has a row). verdict: solved (a majority of the seeds solved), unsolved (a majority can
-    no longer be reached), pending."""
+    no longer be reached), pending. For a task in monotone, a pending group whose shorter size at the same depth is
+    unsolved is unsolved too, with implied_by = that shorter size (its own seeds had no majority either way)."""
     groups = {}
     for r in rows:
         key = (r["task"], int(r["size"]), r["mechanism"], int(r["layers"]))
@@ -278,6 +294,15 @@ def group_verdicts(rows):
             g["verdict"] = "unsolved"
         else:
             g["verdict"] = "pending"
+    for key in sorted(groups, key=lambda k: (k[0], k[2], k[3], k[1])):  # ascending sizes: implications chain
+        task, size, mech, layers = key
+        g = groups[key]
+        if task not in monotone or g["verdict"] != "pending":
+            continue
+        shorter = [n for (t, n, m, l), h in groups.items()
+                   if (t, m, l) == (task, mech, layers) and n < size and h["verdict"] == "unsolved"]
+        if shorter:
+            g["verdict"], g["implied_by"] = "unsolved", max(shorter)
     return groups
 
 
@@ -306,21 +331,53 @@ def pruned_by(cell, verdicts):
     return min(solved_depths) if solved_depths else None
 
 
+def pruned_by_length(cell, verdicts):
+    """The shorter length whose unsolved group at the cell's depth makes the cell's group unsolved (group_verdicts'
+    implied_by), or None. Such a cell need not run when its task has by_length: its group's verdict, and so the
+    fewest layers of its length, is already decided by that implication."""
+    if not (cell.opts.get("by_depth") and cell.opts.get("by_length")):
+        return None
+    return verdicts.get(cell.group, {}).get("implied_by")
+
+
+def skip_reason(cell, verdicts):
+    """Why a cell need not run (pruned_by, pruned_by_length), or None."""
+    depth = pruned_by(cell, verdicts)
+    if depth is not None:
+        return f"depth {depth} solves it by a majority of seeds"
+    shorter = pruned_by_length(cell, verdicts)
+    if shorter is not None:
+        return f"length {shorter} is unsolved at this depth"
+    return None
+
+
+def waits_for_shorter(cell, verdicts):
+    """With by_length: whether a shorter length of the cell's depth and mechanism is still pending (its verdict may
+    yet skip the cell)."""
+    if not (cell.opts.get("by_depth") and cell.opts.get("by_length")):
+        return False
+    return any((t, m, l) == (cell.task, cell.mechanism, cell.layers) and n < cell.size and g["verdict"] == "pending"
+               for (t, n, m, l), g in verdicts.items())
+
+
 def next_cell(todo, verdicts):
-    """The index in todo of the cell to start next: the first whose group's verdict is still pending, else the first.
+    """The index in todo of the cell to start next: the first whose group's verdict is still pending and that waits
+    for no shorter length (waits_for_shorter), else the first whose group is pending, else the first.
     A cell of a decided group (a majority of its seeds already solved it, or can no longer) cannot change a verdict
     or a fewest-layers entry; it still runs, for the seeds' spread, but after every cell that can (e.g. A5's third
-    seeds at depth 2, lengths 15 and 20, where two seeds already failed, wait for depth 3's first seeds)."""
-    for i, c in enumerate(todo):
-        if verdicts.get(c.group, {}).get("verdict") not in ("solved", "unsolved"):
+    seeds at depth 2, lengths 15 and 20, where two seeds already failed, wait for depth 3's first seeds). A cell
+    whose shorter length is pending may become unneeded when that length ends, so cells that cannot go first."""
+    pending = [i for i, c in enumerate(todo) if verdicts.get(c.group, {}).get("verdict") not in ("solved", "unsolved")]
+    for i in pending:
+        if not waits_for_shorter(todo[i], verdicts):
             return i
-    return 0
+    return pending[0] if pending else 0
 
 
 def not_needed(cells, rows):
-    """The ids of the unfinished cells that pruned_by makes unneeded, given the summary rows of the same cells."""
+    """The ids of the unfinished cells that skip_reason makes unneeded, given the summary rows of the same cells."""
     verdicts = group_verdicts(rows)
-    return {c.id for c, r in zip(cells, rows) if str(r["finished"]) != "1" and pruned_by(c, verdicts) is not None}
+    return {c.id for c, r in zip(cells, rows) if str(r["finished"]) != "1" and skip_reason(c, verdicts) is not None}
 
 
 # ---- summary ----
@@ -655,11 +712,10 @@ def cmd_run(args):
         now = time.time()
         while free and todo and deadline - now >= args.min_start:
             c = todo.pop(next_cell(todo, verdicts))
-            depth = pruned_by(c, verdicts)
-            if depth is not None:
+            why = skip_reason(c, verdicts)
+            if why is not None:
                 pruned += 1
-                print(f"[{now - t0:5.0f} s] {c.id}: skipped (depth {depth} solves it by a majority of seeds)",
-                      flush=True)
+                print(f"[{now - t0:5.0f} s] {c.id}: skipped ({why})", flush=True)
                 continue
             slot = free.pop(0)
             folder = os.path.join(args.runs, c.id)
@@ -717,7 +773,8 @@ def cmd_run(args):
     n_fin = sum(1 for r in rows if str(r["finished"]) == "1")
     n_pruned = len(not_needed(cells, rows))
     print(f"sweep: {done_here} finished in this call ({pruned} skipped), {n_fin} of {len(cells)} finished in all, "
-          f"{n_pruned} not needed (a shallower depth solves them), {len(cells) - n_fin - n_pruned} left; "
+          f"{n_pruned} not needed (a shallower depth solves them or a shorter length is unsolved), "
+          f"{len(cells) - n_fin - n_pruned} left; "
           f"{time.time() - t0:.0f} s; summary {summary}", flush=True)
     return 0
 
@@ -739,7 +796,7 @@ def cmd_status(args):
         skip = sum(1 for r in rs if r["cell"] in unneeded)
         started = sum(1 for r in rs if str(r["finished"]) != "1" and r["folder"] and r["cell"] not in unneeded)
         print(f"{task}: {fin} finished, {started} started, {len(rs) - fin - started - skip} not started"
-              + (f", {skip} not needed (a shallower depth solves them)" if skip else "")
+              + (f", {skip} not needed (a shallower depth solves them or a shorter length is unsolved)" if skip else "")
               + f" (steps done {sum(int(r['steps_done'] or 0) for r in rs)} of {sum(int(r['steps']) for r in rs)})")
     return 0
 

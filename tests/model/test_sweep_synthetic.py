@@ -281,7 +281,11 @@ def test_by_depth_orders_a5_depth_first_and_skips_depths_above_a_solved_one(tmp_
     cells = sweep.make_grid(grid())
     a5 = [c for c in cells if c.task == "a5"]
     assert [c.layers for c in a5] == sorted(c.layers for c in a5)  # every depth-1 cell before any depth-2 one
+    # by_length (on in the paper grid): inside a depth, every seed of a length before the next length
     assert [(c.seed, c.size, c.mechanism) for c in a5 if c.layers == 1] == \
+        [(s, n, m) for n in (5, 10, 15, 20) for s in (1, 2, 3) for m in sweep.MECHANISMS]
+    no_length = [c for c in sweep.make_grid(grid("a5.by_length=0")) if c.task == "a5"]
+    assert [(c.seed, c.size, c.mechanism) for c in no_length if c.layers == 1] == \
         [(s, n, m) for s in (1, 2, 3) for n in (5, 10, 15, 20) for m in sweep.MECHANISMS]
     assert [c.seed for c in cells if c.task == "mqrar"][:16] == [1] * 16  # other tasks: seed first, as before
     off = [c for c in sweep.make_grid(grid("a5.by_depth=0")) if c.task == "a5"]
@@ -304,6 +308,46 @@ def test_by_depth_orders_a5_depth_first_and_skips_depths_above_a_solved_one(tmp_
     assert sweep.min_layers(v, "a5", 5, "path") == 1 and sweep.min_layers(v, "a5", 5, "rope") == 2
     # Without by_depth nothing is pruned.
     assert all(sweep.pruned_by(c, v) is None for c in off)
+
+
+def test_by_length_reads_an_unsolved_length_as_unsolved_longer_ones_and_skips_them():
+    """A5 is monotone in its length (MONOTONE_IN_SIZE): at a depth where length 5 is unsolved by a majority, the
+    pending groups of lengths 10-20 are unsolved too (implied_by 5) and, with by_length, their cells are skipped;
+    a longer length whose own seeds decided it keeps its verdict; the fewest layers then go on to the next depth."""
+    def grid(*sets):
+        return argparse.Namespace(grid="paper", tasks="a5", only="", set=list(sets))
+
+    a5 = sweep.make_grid(grid())
+    rows = [row(size=5, mech="path", layers=1, seed=s, seq=a) for s, a in ((1, 0.1), (2, 0.2), (3, 0.95))]
+    rows += [row(size=n, mech="path", layers=1, seed=s, finished=0) for n in (10, 15) for s in (1, 2, 3)]
+    rows += [row(size=20, mech="path", layers=1, seed=s, seq=0.95) for s in (1, 2, 3)]  # ran, solved: kept
+    rows += [row(size=5, mech="rope", layers=1, seed=s, seq=a) for s, a in ((1, 0.1), (2, 0.2), (3, 0.95))]
+    rows += [row(size=10, mech="rope", layers=1, seed=1, seq=0.95)] + \
+        [row(size=10, mech="rope", layers=1, seed=s, finished=0) for s in (2, 3)]
+    rows += [row(size=5, mech="fox", layers=1, seed=s, seq=a) for s, a in ((1, 0.1), (2, 0.95), (3, 0.9))]
+    rows += [row(size=10, mech="fox", layers=1, seed=s, finished=0) for s in (1, 2, 3)]
+    rows += [row(size=5, mech="path", layers=2, seed=s, finished=0) for s in (1, 2, 3)]
+    rows += [row(size=10, mech="path", layers=2, seed=s, finished=0) for s in (1, 2, 3)]
+    v = sweep.group_verdicts(rows)
+    assert v[("a5", 10, "path", 1)]["verdict"] == "unsolved" and v[("a5", 10, "path", 1)]["implied_by"] == 5
+    assert v[("a5", 15, "path", 1)]["implied_by"] in (5, 10)  # chained
+    assert v[("a5", 20, "path", 1)]["verdict"] == "solved" and "implied_by" not in v[("a5", 20, "path", 1)]
+    assert v[("a5", 10, "rope", 1)]["implied_by"] == 5  # one solved seed of three is no majority: implied
+    assert v[("a5", 10, "fox", 1)]["verdict"] == "pending"  # fox solves length 5 at depth 1
+    assert v[("a5", 10, "path", 2)]["verdict"] == "pending"  # a pending shorter length implies nothing
+    assert sweep.group_verdicts(rows, monotone=())[("a5", 10, "path", 1)]["verdict"] == "pending"
+    by = {(c.mechanism, c.size, c.layers): sweep.skip_reason(c, v) for c in a5 if c.seed == 2}
+    assert by[("path", 10, 1)] == "length 5 is unsolved at this depth"
+    assert by[("path", 5, 1)] is None and by[("path", 10, 2)] is None and by[("fox", 10, 1)] is None
+    assert sweep.min_layers(v, "a5", 10, "path") is None  # depth 2 pending: undetermined, not '>4'
+    off = {c.id for c in sweep.make_grid(grid("a5.by_length=0"))}
+    assert all(sweep.pruned_by_length(c, v) is None for c in sweep.make_grid(grid("a5.by_length=0")))
+    assert "a5-len10-l1-path-s2" in off
+    # next_cell: a cell whose shorter length is still pending waits behind one that does not.
+    todo = [c for c in a5 if c.id in ("a5-len10-l2-path-s1", "a5-len5-l2-path-s1")]
+    assert [c.id for c in todo] == ["a5-len5-l2-path-s1", "a5-len10-l2-path-s1"]
+    assert sweep.next_cell(todo[::-1], v) == 1
+    assert sweep.next_cell(todo[1:], v) == 0  # only waiting cells left: the first pending one
 
 
 def test_cells_of_decided_groups_run_after_the_undecided_ones():
