@@ -91,12 +91,15 @@ def main():
                 line += f" {p + '%' if p is not None else 'n/a'} |"
             print(line)
     if args.positions:
-        n = max(len(m.get("position_accuracy", [])) for _, _, m in runs)
+        # Unscored leading positions that every run shares (A5's BOS token, --a5-bos) are left out, so that column
+        # "len k" is the prefix of k elements with and without BOS.
+        accs = [m.get("position_accuracy", []) for _, _, m in runs]
+        lead = min(next((i for i, a in enumerate(acc) if a is not None), len(acc)) for acc in accs)
+        n = max(len(acc) for acc in accs) - lead
         print("| run | " + " | ".join(f"len {t + 1}" for t in range(n)) + " |")
         print("|" + " --- |" * (n + 1))
-        for label, _, meta in runs:
-            acc = meta.get("position_accuracy", [])
-            print(f"| {label} | " + " | ".join(f"{100 * a:.1f}%" if a is not None else "-" for a in acc) + " |")
+        for (label, _, _), acc in zip(runs, accs):
+            print(f"| {label} | " + " | ".join(f"{100 * a:.1f}%" if a is not None else "-" for a in acc[lead:]) + " |")
     return 0
 
 

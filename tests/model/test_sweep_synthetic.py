@@ -398,3 +398,17 @@ def test_sweep_skips_cells_a_shallower_solved_depth_makes_unneeded(tmp_path):
                         "--tasks", "a5", *sets, "--runs", str(tmp_path / "runs"), "--also-done", str(done)],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert "a5: 3 finished, 0 started, 0 not started, 1 not needed" in r.stdout, r.stdout
+
+
+def test_plot_metrics_positions_count_prefix_lengths_with_and_without_bos(tmp_path):
+    """tools/plot_metrics.py --positions: column "len k" is the prefix of k elements; a BOS run's unscored first
+    position is left out (the twenty-seventh session's cells: BOS, and the same cell without it)."""
+    cells = os.path.join(ROOT, "docs", "results", "synthetic")
+    for folder in ("cells/a5-len10-l3-path-s1", "cells-a5-nobos/a5-len10-l3-path-s1"):
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "plot_metrics.py"),
+                            os.path.join(cells, folder), "--out", str(tmp_path / "p.png"), "--positions"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout
+        head, _, row = r.stdout.strip().splitlines()[-3:]
+        assert head.split(" | ")[1:] == [f"len {k}" for k in range(1, 10)] + ["len 10 |"], head
+        assert row.split(" | ")[1] == "100.0%", row  # length 1 is the element itself: right in both runs
