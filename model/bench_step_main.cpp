@@ -23,6 +23,10 @@
 // flip-flop (T + 1) / 2 pairs, MQRAR length T + 1), drawn as the trainer draws it (draw_batch, --batch sequences);
 // tools/sweep_synthetic.py uses it for the host's share of a training step.
 //
+// --ops N: after the timed steps, one more step per mechanism under OpCount (op_count.h): the ATen operators the step
+// runs that launch work (leaves, views left out), in all and the N most frequent by name. A launch-bound step (the
+// synthetic tasks' small models) costs about its count times the time of one launch.
+//
 // No CLI11 here (the GPU image may not have it): options are --name value pairs.
 #include <torch/torch.h>
 
@@ -38,6 +42,7 @@
 #include <thread>
 #include <vector>
 
+#include "op_count.h"
 #include "trainer.h"
 
 using namespace pathattn::model;
@@ -47,7 +52,7 @@ namespace {
 struct Options {
   std::string mechanisms = "path,path:fast,path:sdpa,path:repro,path-fox,rope";
   int64_t width = 768, layers = 12, heads = 12, mlp = 0, vocab = 8192, T = 4096, batch = 8;
-  int64_t warmup = 3, steps = 10, threads = 0, seed = 1;
+  int64_t warmup = 3, steps = 10, threads = 0, seed = 1, ops = 0;
   double lr = 3e-4;
   std::string device = "auto", precision = "auto", csv, data_task;
   std::string optim = "foreach";  // the trainer's optimizer step: foreach (optim_step.h) or loop (torch's)
@@ -74,6 +79,7 @@ bool parse(int argc, char** argv, Options& o) {
       {"--csv", [&](const std::string& v) { o.csv = v; }},
       {"--data-task", [&](const std::string& v) { o.data_task = v; }},
       {"--optim", [&](const std::string& v) { o.optim = v; }},
+      {"--ops", [&](const std::string& v) { o.ops = std::stoll(v); }},
   };
   for (int i = 1; i < argc; i += 2) {
     const std::string name = argv[i];
@@ -86,7 +92,8 @@ bool parse(int argc, char** argv, Options& o) {
                    ":fast, the fast backward, or :sdpa, SDPA in place of the op, for timing; any with :repro, the "
                    "trainer's --torch-deterministic); --device auto|cpu|cuda; "
                    "--precision auto|f32|bf16; --mlp 0: 8/3 width; --data-task flipflop|a5|mqrar; --optim "
-                   "foreach|loop (the optimizer step on foreach kernels, the trainer's, or torch's per-tensor one)\n";
+                   "foreach|loop (the optimizer step on foreach kernels, the trainer's, or torch's per-tensor one); --ops N: the "
+                   "operators of one more step per mechanism, the N most frequent by name\n";
       return false;
     }
     try {
@@ -243,6 +250,28 @@ int main(int argc, char** argv) {
       if (csv.is_open())
         csv << r.name << "," << r.params << "," << o.batch << "," << o.T << "," << med << "," << mn << "," << tok_s
             << "," << ratio << "," << r.loss << ",\n";
+    }
+    if (o.ops < 0) throw std::invalid_argument("--ops: expected N >= 0, got " + std::to_string(o.ops));
+    if (o.ops > 0) {
+      std::printf("\n# operators of one step that launch work (ATen leaves; views and metadata left out)\n");
+      for (auto& r : runs) {
+        if (!r.error.empty()) continue;
+        const TorchDeterminismGuard determinism(r.repro);
+        OpCount count;
+        train_step(r.model, *r.opt, batch, tc);
+        sync();
+        count.stop();
+        auto by_name = count.launching();
+        std::vector<std::pair<int64_t, std::string>> top;
+        for (const auto& [name, n] : by_name) top.emplace_back(n, name);
+        std::sort(top.rbegin(), top.rend());
+        std::printf("%-14s %6ld launching, %6ld metadata; per layer %.1f:", r.name.c_str(),
+                    (long)count.launching_total(), (long)count.metadata_total(),
+                    static_cast<double>(count.launching_total()) / static_cast<double>(o.layers));
+        for (size_t i = 0; i < top.size() && i < static_cast<size_t>(o.ops); ++i)
+          std::printf(" %s %ld%s", top[i].second.c_str(), (long)top[i].first, i + 1 < top.size() ? "," : "");
+        std::printf("\n");
+      }
     }
     if (!o.data_task.empty()) {
       // The task at this T (see the header); refused when T is not one of its lengths.
