@@ -49,7 +49,9 @@ bool is_metadata_op(const std::string& name) {
       "aten::_unsafe_view", "aten::view_as", "aten::expand_as", "aten::unflatten", "aten::flatten", "aten::movedim",
       "aten::split_with_sizes", "aten::contiguous", "aten::is_same_size", "aten::_has_compatible_shallow_copy_type",
       "aten::size", "aten::stride", "aten::dim", "aten::is_complex", "aten::is_floating_point", "aten::empty_like",
-      "aten::resolve_conj", "aten::resolve_neg", "aten::_conj", "aten::conj", "aten::detach_", "detach_", "detach"};
+      "aten::resolve_conj", "aten::resolve_neg", "aten::_conj", "aten::conj", "aten::detach_", "detach_", "detach",
+      // to() that converts calls _to_copy (the leaf that launches); a to() with no operator inside returned self
+      "aten::to"};
   return kViews.count(name) != 0;
 }
 

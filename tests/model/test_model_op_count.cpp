@@ -34,6 +34,18 @@ TEST(OpCount, CountsLeafOperatorsOfForwardAndBackwardAndViewsApart) {
   EXPECT_EQ(second.launching().at("aten::mm"), 1);
 }
 
+TEST(OpCount, AConversionCountsOnceAndANoOpToNotAtAll) {
+  auto x = torch::randn({4, 8});
+  OpCount count;
+  auto same = x.to(torch::kFloat);   // already f32: returns x, launches nothing
+  auto wider = x.to(torch::kDouble);  // a conversion: one copy
+  count.stop();
+  const auto ops = count.launching();
+  EXPECT_EQ(ops.count("aten::to"), 0u);
+  EXPECT_EQ(ops.at("aten::copy_"), 1);
+  EXPECT_EQ(count.launching_total(), 1);
+}
+
 TEST(OpCount, OneAtATime) {
   OpCount first;
   EXPECT_THROW(OpCount second, std::logic_error);
