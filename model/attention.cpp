@@ -20,6 +20,19 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  // torch's rms_norm on CUDA for an f32 x (the residual stream, which every block and the final norm read): one
+  // fused kernel each way where torch has it (_fused_rms_norm), against ~6 forward and ~10 backward kernels of the
+  // composed form below, each a pass over x: a launch-bound small model (the synthetic tasks) and a memory-bound
+  // large one both pay for those. The same formula. Autocast excluded around it, so that it stays f32 whatever
+  // autocast's policy for rms_norm is (the composed form is f32 too). Other dtypes (the q / k norms see bf16 under
+  // autocast), the CPU and older libtorch keep the composed form.
+  if (x.is_cuda() && x.scalar_type() == torch::kFloat && weight.scalar_type() == torch::kFloat) {
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const int64_t last = x.size(-1);
+    return at::rms_norm(x, at::IntArrayRef(&last, 1), weight, eps_);
+  }
+#endif
   auto xf = x.to(acc(x));
   auto y = xf * torch::rsqrt(xf.pow(2).mean(-1, true) + eps_);
   return (y * weight).to(x.scalar_type());

@@ -42,7 +42,8 @@ struct LayerCache {
   bool empty() const { return pos == 0; }
 };
 
-// Root-mean-square norm over the last dimension with a learned gain `weight` (libtorch 1.13 has none).
+// Root-mean-square norm over the last dimension with a learned gain `weight` (libtorch 1.13 has none; on CUDA with
+// libtorch >= 2.4 torch's rms_norm for f32 inputs, attention.cpp).
 class RMSNormImpl : public torch::nn::Module {
  public:
   explicit RMSNormImpl(int64_t dim, double eps = 1e-6);
