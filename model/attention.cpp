@@ -2,6 +2,8 @@
 
 #include <torch/version.h>
 
+#include "pathattn_torch.h"
+
 #include <cmath>
 
 namespace pathattn::model {
@@ -150,14 +152,21 @@ torch::Tensor AttentionImpl::g_of(const torch::Tensor& x) {
   return g;
 }
 
+torch::Tensor rope_rotate_composed(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t T = x.size(1), half = x.size(-1) / 2;
+  auto c = cos.view({1, T, 1, half}), s = sin.view({1, T, 1, half});
+  auto x1 = x.narrow(-1, 0, half).to(acc(x)), x2 = x.narrow(-1, half, half).to(acc(x));
+  return torch::cat({x1 * c - x2 * s, x1 * s + x2 * c}, -1).to(x.scalar_type());
+}
+
 torch::Tensor AttentionImpl::rope(const torch::Tensor& x, int64_t pos0) const {
   const int64_t T = x.size(1), half = D_ / 2;
   auto fopts = torch::TensorOptions().dtype(acc(x)).device(x.device());
   auto inv = torch::pow(cfg_.rope_base, -torch::arange(half, fopts) / static_cast<double>(half));  // [D/2]
   auto ang = torch::arange(pos0, pos0 + T, fopts).unsqueeze(1) * inv.unsqueeze(0);              // [T, D/2]
-  auto cos = ang.cos().view({1, T, 1, half}), sin = ang.sin().view({1, T, 1, half});
-  auto x1 = x.narrow(-1, 0, half).to(acc(x)), x2 = x.narrow(-1, half, half).to(acc(x));
-  return torch::cat({x1 * cos - x2 * sin, x1 * sin + x2 * cos}, -1).to(x.scalar_type());
+  if (run_.fused_rope && x.is_cuda() && x.scalar_type() != torch::kDouble)  // the same tables, the same bits
+    return pathattn::rope_rotate(x, ang.cos(), ang.sin());
+  return rope_rotate_composed(x, ang.cos(), ang.sin());
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, LayerCache* cache, bool commit) {

@@ -24,6 +24,10 @@ struct PathRunOptions {
   // backward still run. A step then costs all the PaTH layer does but the op: set beside the real rows, it splits
   // PaTH's step time into the op and the rest. Wrong outputs by design: never for training.
   bool sdpa_for_timing = false;
+  // RoPE's rotation on CUDA through the fused op (pathattn::rope_rotate: one pass each way instead of ~20, the same
+  // bits as the composed form by construction; bench_step's rope:fused rows). Off until the GPU tests have compared
+  // the two bit for bit (docs/perf/notes.md "The RoPE baseline").
+  bool fused_rope = false;
 };
 
 // Per-layer decoding state of one batch of sequences.
@@ -54,6 +58,11 @@ class RMSNormImpl : public torch::nn::Module {
   double eps_;
 };
 TORCH_MODULE(RMSNorm);
+
+// RoPE's rotation composed of ATen operators, x [B, T, heads, D] by the angle tables cos, sin [T, D / 2] (f32; f64
+// for f64 x): [x1 cos - x2 sin, x1 sin + x2 cos] in f32 (f64), rounded back to x's dtype. The form every recorded
+// RoPE run used; pathattn::rope_rotate (PathRunOptions::fused_rope) gives the same bits in one pass.
+torch::Tensor rope_rotate_composed(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
 // fla's ShortConvolution as the PaTH layer uses it: causal depthwise conv over time with SiLU, no bias; `weight`
 // [C, 1, K] as torch's Conv1d (tap K - 1 multiplies x_t, tap K - 1 - s multiplies x_{t-s}).

@@ -75,7 +75,24 @@ struct ShortConvWFunction : torch::autograd::Function<ShortConvWFunction> {
   }
 };
 
+// The RoPE rotation: its backward is the transposed rotation of the gradient (rope_rotate's inverse), which
+// rounds as the composed form's autograd does.
+struct RopeFunction : torch::autograd::Function<RopeFunction> {
+  static variable_list forward(AutogradContext* ctx, const Tensor& x, const Tensor& cos, const Tensor& sin) {
+    ctx->save_for_backward({cos, sin});
+    return {torch_ops::call_rope(x, cos, sin, false)};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list s = ctx->get_saved_variables();
+    return {torch_ops::call_rope(grads[0], s[0], s[1], true), Tensor(), Tensor()};
+  }
+};
+
 }  // namespace
+
+torch::Tensor rope_rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  return RopeFunction::apply(x, cos, sin)[0];
+}
 
 PathAttentionOutput path_attention_ex(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& w,
                                       const Tensor& beta, const std::optional<Tensor>& g,

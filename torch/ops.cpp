@@ -231,6 +231,25 @@ std::tuple<Tensor, Tensor, Tensor> conv_w_bwd(const Tensor& u, const Tensor& wei
   });
 }
 
+// The fused RoPE rotation (pathattn::rope_rotate): x [B, T, H, D] with rows of D contiguous (made so here), cos and
+// sin [T, D / 2] f32 (f64 for f64 x), made contiguous. CPU: float32 and float64 (the core's CPU dtypes).
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse) {
+  return translate_errors([&] {
+    const Tensor xc = x.dim() == 4 && x.stride(3) != 1 ? x.contiguous() : x;
+    const Tensor c = cos.contiguous(), s = sin.contiguous();
+    RopeRotate in;
+    in.x = to_view(xc, "x");
+    in.cos = to_view(c, "cos");
+    in.sin = to_view(s, "sin");
+    in.inverse = inverse;
+    in.cuda_stream = kernel_stream(x);
+    const c10::OptionalDeviceGuard guard(kernel_device(x));
+    Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+    rope_rotate(in, to_view(out, "out"), Backend::automatic);
+    return out;
+  });
+}
+
 }  // namespace
 
 void check_dense(std::initializer_list<std::pair<const Tensor*, const char*>> args) {
@@ -292,6 +311,12 @@ std::tuple<Tensor, Tensor, Tensor> call_short_conv_w_bwd(const Tensor& u, const 
   return op.call(u, weight, state, cu_seqlens, head_dim, eps, dw, want_dstate);
 }
 
+Tensor call_rope(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse) {
+  check_dense({{&x, "x"}, {&cos, "cos"}, {&sin, "sin"}});
+  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("pathattn::rope", "").typed<decltype(rope)>();
+  return op.call(x, cos, sin, inverse);
+}
+
 }  // namespace pathattn::torch_ops
 
 TORCH_LIBRARY(pathattn, m) {
@@ -310,6 +335,7 @@ TORCH_LIBRARY(pathattn, m) {
   m.def(
       "short_conv_w_bwd(Tensor u, Tensor weight, Tensor? state, Tensor? cu_seqlens, int head_dim, float eps, "
       "Tensor dw, bool want_dstate) -> (Tensor du, Tensor dweight, Tensor dstate)");
+  m.def("rope(Tensor x, Tensor cos, Tensor sin, bool inverse=False) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(pathattn, CPU, m) {
@@ -318,6 +344,7 @@ TORCH_LIBRARY_IMPL(pathattn, CPU, m) {
   m.impl("decode", TORCH_FN(pathattn::torch_ops::dec));
   m.impl("short_conv_w", TORCH_FN(pathattn::torch_ops::conv_w));
   m.impl("short_conv_w_bwd", TORCH_FN(pathattn::torch_ops::conv_w_bwd));
+  m.impl("rope", TORCH_FN(pathattn::torch_ops::rope));
 }
 
 // The core dispatches on the tensors' device, so CUDA registers the same functions; without CUDA in the
@@ -329,5 +356,6 @@ TORCH_LIBRARY_IMPL(pathattn, CUDA, m) {
   m.impl("decode", TORCH_FN(pathattn::torch_ops::dec));
   m.impl("short_conv_w", TORCH_FN(pathattn::torch_ops::conv_w));
   m.impl("short_conv_w_bwd", TORCH_FN(pathattn::torch_ops::conv_w_bwd));
+  m.impl("rope", TORCH_FN(pathattn::torch_ops::rope));
 }
 #endif

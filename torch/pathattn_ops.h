@@ -19,6 +19,8 @@
 //                              float eps, Tensor dw, bool want_dstate)
 //                 -> (Tensor du, Tensor dweight, Tensor dstate)       (Eq. 46; dweight f32 [C, K]; dstate [0]
 //                                                                      unless want_dstate and state)
+//   pathattn::rope(Tensor x, Tensor cos, Tensor sin, bool inverse=False) -> Tensor
+//                                                                      (pathattn.h rope_rotate: x's shape and dtype)
 // Absent outputs (kcache when not asked for, dg without a gate) are empty tensors of shape [0]: an op's
 // Tensor result cannot be None.
 #pragma once
@@ -68,5 +70,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> call_short_conv_w_bwd(const at::T
                                                                      const opt<at::Tensor>& cu_seqlens,
                                                                      int64_t head_dim, double eps,
                                                                      const at::Tensor& dw, bool want_dstate);
+at::Tensor call_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool inverse);
 
 }  // namespace pathattn::torch_ops

@@ -31,6 +31,13 @@ torch::Tensor short_conv_w(const torch::Tensor& u, const torch::Tensor& weight,
                            const std::optional<torch::Tensor>& state, const std::optional<torch::Tensor>& cu_seqlens,
                            int64_t head_dim, double eps = 1e-12);
 
+// The rotary position embedding's rotation, fused (pathattn.h rope_rotate): with half = D / 2 and the angle tables
+// cos, sin [T, half] (f32; f64 for f64 x), [x1 cos - x2 sin, x1 sin + x2 cos] over x [B, T, H, D], each product
+// rounded before the sum and the result once to x's dtype: the same values, bit for bit, as the composition
+// (x1.float() * cos - x2.float() * sin, ...).to(x.dtype) and as its autograd gradient, in one pass each way.
+// Differentiable in x (the tables take no gradient); CUDA float32/bfloat16/float16, CPU float32/float64.
+torch::Tensor rope_rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
 struct PathAttentionOutput {
   torch::Tensor o;       // [B, T, HQ, DV], differentiable
   torch::Tensor lse;     // [B, T, HQ] f32 natural-log normaliser, differentiable too

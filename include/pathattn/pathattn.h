@@ -226,6 +226,25 @@ void short_conv_w_backward(const ShortConvW& in, const TensorView& dw, const Ten
                            const TensorView& dweight, const TensorView& dstate = TensorView(),
                            Backend backend = Backend::automatic);
 
+// The rotary position embedding's rotation (RoPE), fused: with half = D / 2, x1 = x[..., :half], x2 = x[..., half:]
+// and the angle tables cos, sin [T, half],
+//   out[..., :half] = x1 cos - x2 sin,   out[..., half:] = x1 sin + x2 cos           (inverse = false)
+//   out[..., :half] = x1 cos + x2 sin,   out[..., half:] = x2 cos - x1 sin           (inverse = true: the transpose,
+//                                                                                      which is the backward)
+// over x [B, T, H, D]. Each product is rounded to f32 (f64 for f64 x) before the sum, with no fused multiply-add,
+// and the result once to x's dtype: the same values, bit for bit, as the composed form (x's halves converted to f32,
+// two products, a difference or a sum, a conversion back) and as its autograd backward, in one read and one write
+// of x each way instead of ~20 passes. docs/model.md "RoPE".
+struct RopeRotate {
+  TensorView x;    // [B, T, H, D] CUDA: f32, bf16 or f16; CPU: f32 or f64. D even; rows of D contiguous
+  TensorView cos;  // [T, D / 2] f32 (f64 for f64 x), contiguous rows
+  TensorView sin;  // [T, D / 2], as cos
+  bool inverse = false;
+  void* cuda_stream = nullptr;  // as Inputs::cuda_stream
+};
+// out: x's shape and dtype, on x's device, rows of D contiguous, not overlapping x. CPU or CUDA (Backend::automatic).
+void rope_rotate(const RopeRotate& in, const TensorView& out, Backend backend = Backend::automatic);
+
 // Sets the number of threads the CPU paths use (0: all cores). Returns the previous value.
 int set_num_threads(int n);
 int num_threads();

@@ -21,6 +21,7 @@ target_sources(pathattn_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/launch/decode_ckpt.cu
   ${CMAKE_CURRENT_LIST_DIR}/launch/decode_chunk.cu
   ${CMAKE_CURRENT_LIST_DIR}/launch/short_conv.cu
+  ${CMAKE_CURRENT_LIST_DIR}/launch/rope.cu
 )
 target_compile_definitions(pathattn_core PUBLIC PATHATTN_WITH_CUDA)
 target_link_libraries(pathattn_core PUBLIC CUDA::cudart)

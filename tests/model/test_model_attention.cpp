@@ -7,6 +7,7 @@
 #include <map>
 
 #include "attention.h"
+#include "test_util.h"
 #include "tolerances_model.h"
 
 using namespace pathattn::model;
@@ -184,5 +185,17 @@ TEST(ModelAttention, FusedDirectionsEqualTheComposition) {
       EXPECT_LT(rel_err(g_fused[0], g_comp[0]), dtype == torch::kDouble ? 1e-12 : 1e-5) << "du";
       EXPECT_LT(rel_err(g_fused[1], g_comp[1]), dtype == torch::kDouble ? 1e-12 : 1e-5) << "dweight";
     }
+  }
+}
+
+// RoPE's fused rotation (pathattn::rope_rotate) equals the composed form bit for bit, forward and backward, on the
+// CPU in f32 and f64 (the CUDA dtypes: test_model_cuda.cpp); a strided x (a view of every other head) too.
+TEST(RopeRotate, FusedEqualsTheComposedFormBitForBitOnTheCpu) {
+  torch::manual_seed(3);
+  for (auto dt : {torch::kFloat, torch::kDouble}) {
+    const auto x = torch::randn({2, 37, 3, 64}, torch::TensorOptions().dtype(dt));
+    EXPECT_EQ(pathattn::model::test_util::rope_fused_vs_composed(x), "") << dt;
+    const auto wide = torch::randn({2, 37, 6, 16}, torch::TensorOptions().dtype(dt));
+    EXPECT_EQ(pathattn::model::test_util::rope_fused_vs_composed(wide.slice(2, 0, 6, 2)), "") << dt << ", strided";
   }
 }

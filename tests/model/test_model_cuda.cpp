@@ -372,6 +372,48 @@ TEST_P(ModelCudaTrain, TorchDeterministicRunRepeatsBitForBit) {
   }
 }
 
+// RoPE's fused rotation on CUDA (pathattn::rope_rotate, PathRunOptions::fused_rope) against the composed form the
+// recorded RoPE runs used: the same outputs and gradients bit for bit in f32, bf16 and f16, x contiguous and strided;
+// then a RoPE model with and without it under bf16 autocast: the same loss and the same gradient of every parameter.
+TEST(RopeRotateCuda, FusedEqualsTheComposedFormBitForBit) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA device; runs on the GPU machine (tools/gpu_check.sh torch)";
+  torch::manual_seed(4);
+  for (auto dt : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
+    const auto x = torch::randn({2, 300, 4, 64}, torch::TensorOptions().device(torch::kCUDA)).to(dt);
+    EXPECT_EQ(test_util::rope_fused_vs_composed(x), "") << dt;
+    const auto wide = torch::randn({1, 77, 8, 128}, torch::TensorOptions().device(torch::kCUDA)).to(dt);
+    EXPECT_EQ(test_util::rope_fused_vs_composed(wide.slice(2, 1, 8, 2)), "") << dt << ", strided";
+  }
+  const torch::Device dev(torch::kCUDA);
+  ModelConfig cfg = test_util::tiny(Mechanism::rope, 50);
+  cfg.d_model = 128, cfg.n_head = 2, cfg.n_layer = 2;  // D = 64
+  torch::manual_seed(5);
+  Transformer a(cfg), b(cfg);
+  copy_parameters(*b, *a);
+  a->to(dev), b->to(dev);
+  PathRunOptions fused;
+  fused.fused_rope = true;
+  b->set_path_run_options(fused);
+  const auto tokens = torch::randint(0, cfg.vocab, {3, 41}, torch::kLong).to(dev);
+  auto run = [&](Transformer& m) {
+    m->zero_grad();
+    AutocastGuard ac(dev, Precision::bf16);
+    auto logits = m->forward(tokens.narrow(1, 0, 40));
+    auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, cfg.vocab}).to(torch::kFloat),
+                                                     tokens.narrow(1, 1, 40).reshape({-1}));
+    loss.backward();
+    return loss.detach();
+  };
+  EXPECT_TRUE(torch::equal(run(a), run(b))) << "loss";
+  auto pa = a->named_parameters(), pb = b->named_parameters();
+  for (const auto& item : pa) {
+    const auto& ga = item.value().grad();
+    const auto& gb = pb[item.key()].grad();
+    ASSERT_TRUE(ga.defined() && gb.defined()) << item.key();
+    EXPECT_TRUE(torch::equal(ga, gb)) << item.key() << ": max difference " << (ga - gb).abs().max().item<double>();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, ModelCudaTrain,
                          ::testing::Values(Case{"cpu", Precision::f32}, Case{"cpu", Precision::bf16},
                                            Case{"cuda", Precision::f32}, Case{"cuda", Precision::bf16}),

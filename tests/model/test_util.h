@@ -7,8 +7,10 @@
 #include <filesystem>
 #include <string>
 
+#include "attention.h"
 #include "config.h"
 #include "dir_ops.h"
+#include "pathattn_torch.h"
 #include "trainer.h"
 
 namespace pathattn::model::test_util {
@@ -54,6 +56,31 @@ std::string error_of(F&& f) {
   } catch (const E& e) {
     return e.what();
   }
+  return "";
+}
+
+// The fused RoPE rotation (pathattn::rope_rotate) against the composed form the model has always used
+// (rope_rotate_composed): x [B, T, H, D] of x's dtype and device, the tables as the model makes them, an upstream
+// gradient; returns "" when the outputs and the gradients of x are equal (torch::equal: the same values), else what
+// differs and by how much.
+inline std::string rope_fused_vs_composed(const torch::Tensor& x0, double base = 10000.0) {
+  const int64_t T = x0.size(1), half = x0.size(3) / 2;
+  const auto f = torch::TensorOptions().dtype(x0.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat)
+                     .device(x0.device());
+  const auto inv = torch::pow(base, -torch::arange(half, f) / static_cast<double>(half));
+  const auto ang = torch::arange(0, T, f).unsqueeze(1) * inv.unsqueeze(0);
+  const auto cos = ang.cos(), sin = ang.sin();
+  auto xa = x0.detach().clone().requires_grad_(true), xb = x0.detach().clone().requires_grad_(true);
+  const auto ya = pathattn::rope_rotate(xa, cos, sin), yb = rope_rotate_composed(xb, cos, sin);
+  const auto g = torch::randn(ya.sizes(), torch::TensorOptions().device(x0.device())).to(x0.scalar_type());
+  ya.backward(g);
+  yb.backward(g);
+  auto diff = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+  };
+  if (ya.scalar_type() != x0.scalar_type()) return "the output's dtype is not x's";
+  if (!torch::equal(ya, yb)) return "outputs differ by up to " + std::to_string(diff(ya, yb));
+  if (!torch::equal(xa.grad(), xb.grad())) return "gradients differ by up to " + std::to_string(diff(xa.grad(), xb.grad()));
   return "";
 }
 
