@@ -9,13 +9,14 @@ load()
 
 from .context_parallel import context_parallel_attention  # noqa: E402
 from .layer import PaTHAttention, PaTHLayerCache  # noqa: E402  (needs the ops registered above)
-from .ops import DecodeCache, decode, path_attention, prefill, short_conv_w  # noqa: E402
+from .ops import DecodeCache, decode, path_attention, prefill, rope_rotate, short_conv_w  # noqa: E402
 
 __all__ = [
     "path_attention",
     "context_parallel_attention",
     "prefill",
     "short_conv_w",
+    "rope_rotate",
     "decode",
     "DecodeCache",
     "PaTHAttention",

@@ -224,3 +224,28 @@ def short_conv_w(u, weight, head_dim, state=None, cu_seqlens=None, eps=1e-12):
     """
     _check_dense(u=u, weight=weight, state=state, cu_seqlens=cu_seqlens)
     return _ShortConvW.apply(u, weight, state, cu_seqlens, head_dim, eps)
+
+
+class _RopeRotate(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, cos, sin):
+        ctx.save_for_backward(cos, sin)
+        return torch.ops.pathattn.rope(x, cos, sin, False)
+
+    @staticmethod
+    def backward(ctx, dy):
+        cos, sin = ctx.saved_tensors
+        return torch.ops.pathattn.rope(dy, cos, sin, True), None, None  # the transposed rotation
+
+
+def rope_rotate(x, cos, sin):
+    """RoPE's rotation, fused: with half = D // 2, x1 = x[..., :half], x2 = x[..., half:] and the angle tables
+    cos, sin [T, half] (float32; float64 for float64 x), returns cat(x1 cos - x2 sin, x1 sin + x2 cos) over
+    x [B, T, H, D] in x's dtype, each product rounded to float32 before the sum: the same values, bit for bit, as
+    (x1.float() * cos - x2.float() * sin, ...).to(x.dtype) and as its autograd gradient, in one pass each way.
+    Differentiable in x. CPU: float32/float64; CUDA: float32/bfloat16/float16. Errors are RuntimeError naming the
+    argument.
+    """
+    _check_dense(x=x, cos=cos, sin=sin)
+    return _RopeRotate.apply(x, cos, sin)
+
