@@ -28,8 +28,10 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   // composed form below, each a pass over x: a launch-bound small model (the synthetic tasks) and a memory-bound
   // large one both pay for those. The same formula. Autocast excluded around it, so that it stays f32 whatever
   // autocast's policy for rms_norm is (the composed form is f32 too). Other dtypes (the q / k norms see bf16 under
-  // autocast), the CPU and older libtorch keep the composed form.
-  if (x.is_cuda() && x.scalar_type() == torch::kFloat && weight.scalar_type() == torch::kFloat) {
+  // autocast), the CPU and older libtorch keep the composed form; so do runs under torch's deterministic algorithms
+  // (the trainer's --torch-deterministic), whose composed reductions are known to repeat bit for bit.
+  if (x.is_cuda() && x.scalar_type() == torch::kFloat && weight.scalar_type() == torch::kFloat &&
+      !at::globalContext().deterministicAlgorithms()) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const int64_t last = x.size(-1);
     return at::rms_norm(x, at::IntArrayRef(&last, 1), weight, eps_);
