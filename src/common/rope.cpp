@@ -1,6 +1,7 @@
 // rope_rotate (pathattn.h): validate once at the boundary, then the CPU or CUDA backend.
 #include "common/rope.h"
 
+#include <cstdint>
 #include <string>
 
 #include "common/checks.h"
@@ -17,6 +18,8 @@ void rope_rotate(const RopeRotate& in, const TensorView& out, Backend backend) {
   else  // the CPU paths' dtypes (the model's CPU RoPE stays composed)
     check_dtype(x, "x", {DType::f32, DType::f64});
   RopeProblem p{x.sizes[0], x.sizes[1], x.sizes[2], x.sizes[3]};
+  if (p.B * p.T > INT32_MAX || p.H * p.D > INT32_MAX)
+    fail("x: B * T and H * D must each be below 2^31 (the kernel's 32-bit indices), got " + shape_str(x));
   if (p.D % 2 != 0 || p.D == 0) fail("x: the head dimension D = x.size(3) must be even and positive, got " + shape_str(x));
   if (x.strides[3] != 1) fail("x: rows of D must be contiguous (x.stride(3) == 1), got stride " + std::to_string(x.strides[3]));
   const DType f = x.dtype == DType::f64 ? DType::f64 : DType::f32;

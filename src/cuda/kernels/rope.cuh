@@ -1,5 +1,5 @@
 // The fused RoPE rotation (pathattn.h `rope_rotate`; the CPU statement is src/cpu/rope.cpp): one thread per pair
-// (x1[j], x2[j]) of a row of x, grid-stride. A warp reads 32 consecutive 16-bit elements of each half (whole 32-byte
+// (x1[j], x2[j]) of a head, striding over the positions. A warp reads 32 consecutive 16-bit elements of each half (whole 32-byte
 // sectors), so the kernel moves x once in and once out; the cos / sin tables ([T, D / 2] f32) stay in L2.
 // The products and the sum use __fmul_rn / __fadd_rn / __fsub_rn, which nvcc never contracts into an FMA: each
 // product is rounded before the sum, as in the ATen composition (a mul kernel per product, a sub / add kernel) that
@@ -21,10 +21,12 @@ struct RopeParams {
   const float* sin;
   int64_t x_b, x_t, x_h;  // element strides of x (its D stride is 1)
   int64_t o_b, o_t, o_h;  // of out
-  int64_t T, H, half;
-  int64_t pairs;  // B * T * H * half
+  int T, H, half;
+  int rows;  // B * T
   bool inverse;
 };
+
+constexpr int kRopeThreads = 128;
 
 template <typename X>
 __device__ __forceinline__ float rope_load(const X* p) {
@@ -41,15 +43,20 @@ __device__ __forceinline__ void rope_store(X* p, float v) {
     *p = TypeTraits<X>::from_float(v);
 }
 
+// Thread (blockIdx.x, threadIdx.x) owns pair j of head h (H * half pairs per position, consecutive threads on
+// consecutive j); blockIdx.y strides over the B * T positions. The index arithmetic is one 32-bit division per
+// position and one per thread (an int64 division per element would cost more than the memory traffic).
 template <typename X>
-__global__ void __launch_bounds__(256) rope_kernel(const RopeParams p) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < p.pairs; i += stride) {
-    const int64_t row = i / p.half, j = i % p.half;
-    const int64_t h = row % p.H, bt = row / p.H, t = bt % p.T, b = bt / p.T;
+__global__ void __launch_bounds__(kRopeThreads) rope_kernel(const RopeParams p) {
+  const int idx = blockIdx.x * kRopeThreads + threadIdx.x;
+  if (idx >= p.H * p.half) return;
+  const int h = idx / p.half, j = idx - h * p.half;
+  for (int bt = blockIdx.y; bt < p.rows; bt += gridDim.y) {
+    const int b = bt / p.T, t = bt - b * p.T;
     const X* x = static_cast<const X*>(p.x) + b * p.x_b + t * p.x_t + h * p.x_h;
     X* y = static_cast<X*>(p.out) + b * p.o_b + t * p.o_t + h * p.o_h;
-    const float c = p.cos[t * p.half + j], s = p.sin[t * p.half + j];
+    const int64_t tj = static_cast<int64_t>(t) * p.half + j;
+    const float c = p.cos[tj], s = p.sin[tj];
     const float x1 = rope_load(x + j), x2 = rope_load(x + p.half + j);
     const float a = __fmul_rn(x1, c), bs = __fmul_rn(x2, s), e = __fmul_rn(x1, s), f = __fmul_rn(x2, c);
     float y1, y2;

@@ -18,23 +18,23 @@ void rope_rotate(const RopeProblem& pr, const RopeRotate& in, const TensorView& 
   p.sin = static_cast<const float*>(in.sin.data);
   p.x_b = in.x.strides[0], p.x_t = in.x.strides[1], p.x_h = in.x.strides[2];
   p.o_b = out.strides[0], p.o_t = out.strides[1], p.o_h = out.strides[2];
-  p.T = pr.T, p.H = pr.H, p.half = pr.D / 2;
-  p.pairs = pr.B * pr.T * pr.H * p.half;
+  p.T = static_cast<int>(pr.T), p.H = static_cast<int>(pr.H), p.half = static_cast<int>(pr.D / 2);
+  p.rows = static_cast<int>(pr.B * pr.T);
   p.inverse = in.inverse;
-  constexpr int kThreads = 256;
-  // Enough CTAs to fill every SM several times over; the grid-stride loop takes the rest.
-  const int blocks = static_cast<int>(std::min<int64_t>((p.pairs + kThreads - 1) / kThreads, 132 * 32));
+  // x-blocks over a position's H * half pairs, y-blocks over positions (the kernel strides over the rest).
+  const dim3 grid((p.H * p.half + kRopeThreads - 1) / kRopeThreads,
+                  static_cast<unsigned>(std::min<int64_t>(pr.B * pr.T, 65535)));
   switch (in.x.dtype) {
     case DType::bf16:
-      rope_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(p);
+      rope_kernel<__nv_bfloat16><<<grid, kRopeThreads, 0, stream>>>(p);
       CUDA_CHECK_LAUNCH("rope_kernel<bf16>");
       break;
     case DType::f16:
-      rope_kernel<__half><<<blocks, kThreads, 0, stream>>>(p);
+      rope_kernel<__half><<<grid, kRopeThreads, 0, stream>>>(p);
       CUDA_CHECK_LAUNCH("rope_kernel<f16>");
       break;
     default:
-      rope_kernel<float><<<blocks, kThreads, 0, stream>>>(p);
+      rope_kernel<float><<<grid, kRopeThreads, 0, stream>>>(p);
       CUDA_CHECK_LAUNCH("rope_kernel<f32>");
       break;
   }
