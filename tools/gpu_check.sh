@@ -75,7 +75,8 @@
 #          (PATHATTN_CUDA_WORKSPACE_MB=0) and with WORKSPACE_MB (default 1024), and each call's cut (the workspace
 #          lines of PATHATTN_CUDA_PROFILE)
 #   model: the C++ model's training-step benchmark (bench_step: PaTH on our CUDA op vs RoPE on SDPA, bf16,
-#          98M parameters, T 4096, batch 8), built against the machine's torch in build-gpu-torch
+#          98M parameters, T 4096, batch 8), built against the machine's torch in build-gpu-torch; then the
+#          operators of one step at A5's shapes (bench_step --ops, 1 and 3 layers)
 #
 # Expects third_party_fetched/googletest (a copy of /usr/src/googletest; the GPU image has no gtest) and
 # third_party_fetched/fla (a work tree of fla-org/flash-linear-attention) to be carried along (git-ignored).
@@ -121,6 +122,16 @@ run_bench_step() {
   timeout 180 build-gpu-torch/model/bench_step --device cuda --csv "$OUT/bench_step.csv" > "$OUT/bench_step.log" 2>&1
   note "bench_step: rc=$? ($(( $(date +%s) - t0 )) s)"
   grep -E '^(# |mechanism |[a-z:-]+ +[0-9.]+ )' "$OUT/bench_step.log" | tee -a "$SUMMARY"
+  # The operators of one step at A5's shapes (issue 14's launch-bound cells), one and three layers: the difference
+  # of a mechanism's two counts / 2 is a layer's (bench_step --ops, model/op_count.h).
+  local L
+  for L in 1 3; do
+    timeout 60 build-gpu-torch/model/bench_step --device cuda --mechanisms path,rope,rope:fused --width 512 --heads 8 \
+      --layers $L --vocab 61 --T 11 --batch 256 --warmup 3 --steps 10 --ops 45 > "$OUT/bench_step_ops_l$L.log" 2>&1
+    note "bench_step --ops at A5's shape, $L layer(s): rc=$?"
+    grep -E '^(mechanism |[a-z:-]+ +[0-9.]+ |[a-z:-]+ +[0-9]+ launching)' "$OUT/bench_step_ops_l$L.log" | cut -c1-400 |
+      tee -a "$SUMMARY"
+  done
 }
 
 # compute-sanitizer memcheck and racecheck of one test binary on the cases of a gtest filter, a summary line each:
