@@ -161,14 +161,19 @@ torch::Tensor rope_rotate_composed(const torch::Tensor& x, const torch::Tensor& 
   return torch::cat({x1 * c - x2 * s, x1 * s + x2 * c}, -1).to(x.scalar_type());
 }
 
-torch::Tensor AttentionImpl::rope(const torch::Tensor& x, int64_t pos0) const {
-  const int64_t T = x.size(1), half = D_ / 2;
+std::pair<torch::Tensor, torch::Tensor> rope_tables(const torch::Tensor& x, int64_t pos0, double base) {
+  const int64_t T = x.size(1), half = x.size(-1) / 2;
   auto fopts = torch::TensorOptions().dtype(acc(x)).device(x.device());
-  auto inv = torch::pow(cfg_.rope_base, -torch::arange(half, fopts) / static_cast<double>(half));  // [D/2]
-  auto ang = torch::arange(pos0, pos0 + T, fopts).unsqueeze(1) * inv.unsqueeze(0);              // [T, D/2]
+  auto inv = torch::pow(base, -torch::arange(half, fopts) / static_cast<double>(half));  // [D/2]
+  auto ang = torch::arange(pos0, pos0 + T, fopts).unsqueeze(1) * inv.unsqueeze(0);    // [T, D/2]
+  return {ang.cos(), ang.sin()};
+}
+
+torch::Tensor AttentionImpl::rope(const torch::Tensor& x, int64_t pos0) const {
+  const auto [cos, sin] = rope_tables(x, pos0, cfg_.rope_base);
   if (run_.fused_rope && x.is_cuda() && x.scalar_type() != torch::kDouble)  // the same tables, the same bits
-    return pathattn::rope_rotate(x, ang.cos(), ang.sin());
-  return rope_rotate_composed(x, ang.cos(), ang.sin());
+    return pathattn::rope_rotate(x, cos, sin);
+  return rope_rotate_composed(x, cos, sin);
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, LayerCache* cache, bool commit) {

@@ -9,6 +9,8 @@
 
 #include <torch/torch.h>
 
+#include <utility>
+
 #include "config.h"
 #include "path_op.h"
 
@@ -63,6 +65,9 @@ TORCH_MODULE(RMSNorm);
 // for f64 x): [x1 cos - x2 sin, x1 sin + x2 cos] in f32 (f64), rounded back to x's dtype. The form every recorded
 // RoPE run used; pathattn::rope_rotate (PathRunOptions::fused_rope) gives the same bits in one pass.
 torch::Tensor rope_rotate_composed(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+// The angle tables of x [B, T, heads, D] at positions pos0.. (cos, sin [T, D / 2] in f32, f64 for f64 x, on x's
+// device): angle(t, j) = t * base^(-j / (D / 2)).
+std::pair<torch::Tensor, torch::Tensor> rope_tables(const torch::Tensor& x, int64_t pos0, double base);
 
 // fla's ShortConvolution as the PaTH layer uses it: causal depthwise conv over time with SiLU, no bias; `weight`
 // [C, 1, K] as torch's Conv1d (tap K - 1 multiplies x_t, tap K - 1 - s multiplies x_{t-s}).

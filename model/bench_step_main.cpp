@@ -270,9 +270,9 @@ int main(int argc, char** argv) {
         std::vector<std::pair<int64_t, std::string>> top;
         for (const auto& [name, n] : by_name) top.emplace_back(n, name);
         std::sort(top.rbegin(), top.rend());
-        std::printf("%-14s %6ld launching, %6ld metadata; per layer %.1f:", r.name.c_str(),
-                    (long)count.launching_total(), (long)count.metadata_total(),
-                    static_cast<double>(count.launching_total()) / static_cast<double>(o.layers));
+        // The whole step's (embedding, head, loss, clipping and AdamW too): runs at two depths give a layer's.
+        std::printf("%-14s %6ld launching, %6ld metadata:", r.name.c_str(), (long)count.launching_total(),
+                    (long)count.metadata_total());
         for (size_t i = 0; i < top.size() && i < static_cast<size_t>(o.ops); ++i)
           std::printf(" %s %ld%s", top[i].second.c_str(), (long)top[i].first, i + 1 < top.size() ? "," : "");
         std::printf("\n");

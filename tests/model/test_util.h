@@ -64,12 +64,7 @@ std::string error_of(F&& f) {
 // gradient; returns "" when the outputs and the gradients of x are equal (torch::equal: the same values), else what
 // differs and by how much.
 inline std::string rope_fused_vs_composed(const torch::Tensor& x0, double base = 10000.0) {
-  const int64_t T = x0.size(1), half = x0.size(3) / 2;
-  const auto f = torch::TensorOptions().dtype(x0.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat)
-                     .device(x0.device());
-  const auto inv = torch::pow(base, -torch::arange(half, f) / static_cast<double>(half));
-  const auto ang = torch::arange(0, T, f).unsqueeze(1) * inv.unsqueeze(0);
-  const auto cos = ang.cos(), sin = ang.sin();
+  const auto [cos, sin] = rope_tables(x0, 0, base);
   auto xa = x0.detach().clone().requires_grad_(true), xb = x0.detach().clone().requires_grad_(true);
   const auto ya = pathattn::rope_rotate(xa, cos, sin), yb = rope_rotate_composed(xb, cos, sin);
   const auto g = torch::randn(ya.sizes(), torch::TensorOptions().device(x0.device())).to(x0.scalar_type());
