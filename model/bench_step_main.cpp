@@ -5,7 +5,7 @@
 // thermal drift during the run hits all of them alike. Prints a table; --csv writes it too.
 //
 //   bench_step                          # GPU default: path, path:fast, path:sdpa, path:repro, path-fox, rope,
-//                                       # rope:fused;
+//                                       # rope:composed;
 //                                       # width 768, 12 layers, 12 heads (D 64), vocab 8192 (about 98M
 //                                       # parameters), T 4096, batch 8, bf16
 //   bench_step --device cpu --width 64 --layers 2 --heads 2 --T 128 --batch 2 --steps 2   # the CPU smoke test
@@ -14,8 +14,8 @@
 //
 // A mechanism named with ":fast" (path:fast, path-fox:fast) runs PaTH's CUDA backward in its fast, atomic order
 // (TrainConfig::deterministic = false, the op's deterministic = false); the plain name is the default fixed order.
-// "rope:fused": RoPE with its rotation through the fused op (PathRunOptions::fused_rope; the same bits as the plain
-// rope row's composed rotation, in one pass each way). ":sdpa" (path:sdpa, path-fox:sdpa) is for timing only: the PaTH layers with the op replaced by SDPA on the same
+// "rope" rotates through the fused op (PathRunOptions::fused_rope, the model's default), "rope:composed" through the
+// composition of ATen operators that the rows before 2026-12-06 used (the same bits, ~20 passes each way). ":sdpa" (path:sdpa, path-fox:sdpa) is for timing only: the PaTH layers with the op replaced by SDPA on the same
 // q, k, v (PathRunOptions::sdpa_for_timing, model/attention.h), so that path - path:sdpa is what the op costs in a
 // step and path:sdpa - rope what the rest of the PaTH layer (w projection, short convolution, norms, beta) costs
 // beyond RoPE's rotation. ":repro" (any mechanism: path:repro, rope:repro) times the step under the trainer's
@@ -52,7 +52,7 @@ using namespace pathattn::model;
 namespace {
 
 struct Options {
-  std::string mechanisms = "path,path:fast,path:sdpa,path:repro,path-fox,rope,rope:fused";
+  std::string mechanisms = "path,path:fast,path:sdpa,path:repro,path-fox,rope,rope:composed";
   int64_t width = 768, layers = 12, heads = 12, mlp = 0, vocab = 8192, T = 4096, batch = 8;
   int64_t warmup = 3, steps = 10, threads = 0, seed = 1, ops = 0;
   double lr = 3e-4;
@@ -91,8 +91,8 @@ bool parse(int argc, char** argv, Options& o) {
       std::cerr << "options (--name value):";
       for (const auto& [n, f] : set) std::cerr << " " << n;
       std::cerr << "\n  --mechanisms: comma list of path, path-fox, rope, fox, nope (path and path-fox also with "
-                   ":fast, the fast backward, or :sdpa, SDPA in place of the op, for timing; rope:fused, the fused "
-                   "rotation; any with :repro, the trainer's --torch-deterministic); --device auto|cpu|cuda; "
+                   ":fast, the fast backward, or :sdpa, SDPA in place of the op, for timing; rope:composed, the "
+                   "rotation composed of ATen operators instead of the fused one; any with :repro, the trainer's --torch-deterministic); --device auto|cpu|cuda; "
                    "--precision auto|f32|bf16; --mlp 0: 8/3 width; --data-task flipflop|a5|mqrar; --optim "
                    "foreach|loop (the optimizer step on foreach kernels, the trainer's, or torch's per-tensor one); --ops N: the "
                    "operators of one more step per mechanism, the N most frequent by name\n";
@@ -170,11 +170,11 @@ int main(int argc, char** argv) {
       const size_t colon = entry.find(':');
       const std::string m = entry.substr(0, colon), mode = colon == std::string::npos ? "" : entry.substr(colon + 1);
       const bool path_mode = mode == "fast" || mode == "sdpa";
-      const bool rope_mode = mode == "fused" && parse_mechanism(m) == Mechanism::rope;
+      const bool rope_mode = mode == "composed" && parse_mechanism(m) == Mechanism::rope;
       if (!mode.empty() && mode != "repro" && !rope_mode && !(path_mode && uses_path(parse_mechanism(m))))
         throw std::invalid_argument("--mechanisms: '" + entry +
                                     "': modes are ':repro' (any mechanism), ':fast', ':sdpa' (path, path-fox) and "
-                                    "':fused' (rope)");
+                                    "':composed' (rope)");
       ModelConfig mc;
       mc.vocab = o.vocab;
       mc.n_layer = o.layers;
@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
       PathRunOptions run;
       run.deterministic_backward = mode != "fast";
       run.sdpa_for_timing = mode == "sdpa";
-      run.fused_rope = rope_mode;
+      run.fused_rope = !rope_mode;
       r.model->set_path_run_options(run);
       r.params = r.model->num_parameters();
       r.model->to(dev);

@@ -126,7 +126,7 @@ run_bench_step() {
   # of a mechanism's two counts / 2 is a layer's (bench_step --ops, model/op_count.h).
   local L
   for L in 1 3; do
-    timeout 60 build-gpu-torch/model/bench_step --device cuda --mechanisms path,rope,rope:fused --width 512 --heads 8 \
+    timeout 60 build-gpu-torch/model/bench_step --device cuda --mechanisms path,rope --width 512 --heads 8 \
       --layers $L --vocab 61 --T 11 --batch 256 --warmup 3 --steps 10 --ops 45 > "$OUT/bench_step_ops_l$L.log" 2>&1
     note "bench_step --ops at A5's shape, $L layer(s): rc=$?"
     grep -E '^(mechanism |[a-z:-]+ +[0-9.]+ |[a-z:-]+ +[0-9]+ launching)' "$OUT/bench_step_ops_l$L.log" | cut -c1-400 |

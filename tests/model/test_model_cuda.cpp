@@ -391,8 +391,10 @@ TEST(RopeRotateCuda, FusedEqualsTheComposedFormBitForBit) {
   Transformer a(cfg), b(cfg);
   copy_parameters(*b, *a);
   a->to(dev), b->to(dev);
-  PathRunOptions fused;
+  PathRunOptions composed, fused;  // explicit both ways: the model's default is the fused rotation
+  composed.fused_rope = false;
   fused.fused_rope = true;
+  a->set_path_run_options(composed);
   b->set_path_run_options(fused);
   const auto tokens = torch::randint(0, cfg.vocab, {3, 41}, torch::kLong).to(dev);
   auto run = [&](Transformer& m) {
