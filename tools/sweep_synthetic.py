@@ -353,11 +353,21 @@ def skip_reason(cell, verdicts):
 
 def waits_for_shorter(cell, verdicts):
     """With by_length: whether a shorter length of the cell's depth and mechanism is still pending (its verdict may
-    yet skip the cell)."""
+    yet skip the cell). A shorter length that a shallower depth already solves does not count: its cells at this
+    depth are skipped (pruned_by) and never decide anything, and by the depth-first reading (by_depth) it is solved
+    here too, so it cannot make this cell unneeded. (Counting it made every cell of depth 3 wait behind length 5's
+    skipped depth-3 group on 2026-12-06, and the sweep fell back to longer lengths at depth 2 whose shorter length
+    was still running: 10 cells of ~300 s that length 10's verdict then made unneeded.)"""
     if not (cell.opts.get("by_depth") and cell.opts.get("by_length")):
         return False
-    return any((t, m, l) == (cell.task, cell.mechanism, cell.layers) and n < cell.size and g["verdict"] == "pending"
-               for (t, n, m, l), g in verdicts.items())
+    for (t, n, m, l), g in verdicts.items():
+        if (t, m, l) != (cell.task, cell.mechanism, cell.layers) or n >= cell.size or g["verdict"] != "pending":
+            continue
+        solved_shallower = any((t2, n2, m2) == (t, n, m) and l2 < l and h["verdict"] == "solved"
+                               for (t2, n2, m2, l2), h in verdicts.items())
+        if not solved_shallower:
+            return True
+    return False
 
 
 def next_cell(todo, verdicts):

@@ -350,6 +350,29 @@ def test_by_length_reads_an_unsolved_length_as_unsolved_longer_ones_and_skips_th
     assert sweep.next_cell(todo[1:], v) == 0  # only waiting cells left: the first pending one
 
 
+def test_a_shorter_length_solved_at_a_shallower_depth_does_not_hold_a_deeper_cell_back():
+    """waits_for_shorter: length 5 solved at depth 2 leaves its depth-3 group pending (its cells are skipped, never
+    run), and length 10 at depth 3 must not wait for it; length 10 at depth 2, still running, does hold length 15 at
+    depth 2 back. next_cell then starts the depth-3 cell before the depth-2 one that waits."""
+    def grid(*sets):
+        return argparse.Namespace(grid="paper", tasks="a5", only="", set=list(sets))
+
+    a5 = {c.id: c for c in sweep.make_grid(grid())}
+    rows = [row(size=5, mech="path", layers=2, seed=s, seq=0.995) for s in (1, 2, 3)]
+    rows += [row(size=5, mech="path", layers=3, seed=1, seq=0.996)] + \
+        [row(size=5, mech="path", layers=3, seed=s, finished=0) for s in (2, 3)]
+    rows += [row(size=10, mech="path", layers=2, seed=s, finished=0) for s in (1, 2, 3)]
+    rows += [row(size=n, mech="path", layers=l, seed=s, finished=0) for n in (10, 15) for l in (3,) for s in (1, 2, 3)]
+    rows += [row(size=15, mech="path", layers=2, seed=s, finished=0) for s in (1, 2, 3)]
+    v = sweep.group_verdicts(rows)
+    assert v[("a5", 5, "path", 3)]["verdict"] == "pending"  # one seed ran before depth 2 was decided
+    assert not sweep.waits_for_shorter(a5["a5-len10-l3-path-s1"], v)
+    assert sweep.waits_for_shorter(a5["a5-len15-l3-path-s1"], v)  # length 10 at depth 3 is pending and will run
+    assert sweep.waits_for_shorter(a5["a5-len15-l2-path-s1"], v)
+    todo = [a5["a5-len15-l2-path-s1"], a5["a5-len10-l3-path-s1"]]
+    assert sweep.next_cell(todo, v) == 1
+
+
 def test_cells_of_decided_groups_run_after_the_undecided_ones():
     """next_cell: a group whose verdict a majority of seeds has fixed (two failed, or two solved) waits; the first
     cell of a pending group goes first, in grid order; when every group is decided, the grid order holds."""
