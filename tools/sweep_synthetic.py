@@ -6,7 +6,7 @@ per cell and one summary CSV. docs/results/synthetic/README.md has the GPU comma
   sweep_synthetic.py plan    [GRID] [--steps-csv CSV ...] [--gpus G --jobs-per-gpu J --budget S]
   sweep_synthetic.py measure [GRID] --build BUILD --device cpu|cuda --out CSV     step times (bench_step)
   sweep_synthetic.py run     [GRID] --build BUILD --runs RUNS [--results DIR] [--also-done DIR ...] [--budget S]
-                             [--device cpu|cuda] [--gpus G] [--jobs-per-gpu J | --jobs N] [--max-steps-per-call N]
+                             [--device cpu|cuda] [--gpus G] [--jobs-per-gpu J | --jobs N] [--max-steps-per-call N] [--drain]
   sweep_synthetic.py summary [GRID] --runs RUNS [--also-done DIR ...] --out CSV
   sweep_synthetic.py status  [GRID] --runs RUNS [--also-done DIR ...]
   GRID: --grid paper|tiny  [--tasks a5,mqrar,flipflop]  [--only REGEX]  [--set TASK.KEY=VALUE ...]
@@ -687,6 +687,30 @@ def copy_results(cell, folder, results):
             shutil.copyfile(src, os.path.join(dest, name))
 
 
+def seconds_per_step(rows, task, layers):
+    """The median train_seconds / steps_done of the finished cells of a task and depth (any length: the small
+    models' steps are launch-bound, so a step costs about the same at every length), or None when none has run."""
+    rates = sorted(float(r["train_seconds"]) / int(r["steps_done"]) for r in rows
+                   if r["task"] == task and int(r["layers"]) == layers and str(r["finished"]) == "1"
+                   and r.get("train_seconds") not in (None, "") and int(r.get("steps_done") or 0) > 0)
+    return rates[len(rates) // 2] if rates else None
+
+
+def fits_before_the_end(cell, rows, seconds_left):
+    """--drain: whether the cell's remaining steps at its depth's measured rate (seconds_per_step) fit in
+    seconds_left. A cell stopped by a call's end restarts from step 0 when the machine is released with its checkpoint,
+    so in the session's last call a cell that cannot finish is GPU time taken from the cells that can (the GPU is
+    shared, and at 12 cells under MPS it is saturated: 12 three-layer cells take ~420 s, 4-6 take 150-210 s). The rate
+    is the full schedule's (a cell that meets its stopping criterion ends sooner): a cell refused here might have
+    finished, one started here will very likely finish. With no rate for the depth yet, the cell starts."""
+    rate = seconds_per_step(rows, cell.task, cell.layers)
+    if rate is None:
+        return True
+    row = next((r for r in rows if r["cell"] == cell.id), None)
+    done = int(row.get("steps_done") or 0) if row else 0
+    return (cell.opts["steps"] - done) * rate <= seconds_left
+
+
 def cmd_run(args):
     cells = make_grid(args)
     check_device(cells, args.device)
@@ -709,7 +733,8 @@ def cmd_run(args):
         else:
             todo.append(c)
     summary = os.path.join(results, "summary.csv")
-    verdicts = group_verdicts(write_summary(cells, dirs, summary))
+    rows = write_summary(cells, dirs, summary)
+    verdicts = group_verdicts(rows)
     t0 = time.time()
     deadline = t0 + args.budget if args.budget > 0 else math.inf
     print(f"sweep: {len(cells)} cells, {finished} finished, {len(todo)} to run; {slots} at a time "
@@ -718,6 +743,7 @@ def cmd_run(args):
     running = {}  # slot -> (cell, Popen, started, log)
     free = list(range(slots))
     done_here = pruned = 0
+    drained = []  # --drain: cells left for the next session (they would not finish in this call)
     while todo or running:
         now = time.time()
         while free and todo and deadline - now >= args.min_start:
@@ -726,6 +752,9 @@ def cmd_run(args):
             if why is not None:
                 pruned += 1
                 print(f"[{now - t0:5.0f} s] {c.id}: skipped ({why})", flush=True)
+                continue
+            if args.drain and not fits_before_the_end(c, rows, deadline - now - args.margin):
+                drained.append(c.id)
                 continue
             slot = free.pop(0)
             folder = os.path.join(args.runs, c.id)
@@ -774,7 +803,8 @@ def cmd_run(args):
             else:
                 what = "killed before it wrote metrics.json; resumes from its last checkpoint"
             copy_results(c, folder, results)
-            verdicts = group_verdicts(write_summary(cells, dirs, summary))
+            rows = write_summary(cells, dirs, summary)
+            verdicts = group_verdicts(rows)
             print(f"[{time.time() - t0:5.0f} s] {c.id}: {what} ({time.time() - started:.0f} s)", flush=True)
         if not running and todo and deadline - time.time() < args.min_start:
             break
@@ -786,6 +816,9 @@ def cmd_run(args):
           f"{n_pruned} not needed (a shallower depth solves them or a shorter length is unsolved), "
           f"{len(cells) - n_fin - n_pruned} left; "
           f"{time.time() - t0:.0f} s; summary {summary}", flush=True)
+    if drained:
+        print(f"sweep: --drain left {len(drained)} cells unstarted (they would not finish in the budget at their "
+              f"depth's measured rate): {' '.join(drained[:12])}{' ...' if len(drained) > 12 else ''}", flush=True)
     return 0
 
 
@@ -866,6 +899,8 @@ def main(argv=None):
     p.add_argument("--ckpt-every", type=int, default=-1,
                    help="steps between checkpoints (-1: the evaluation interval; 0: only when the run stops)")
     p.add_argument("--max-steps-per-call", type=int, default=0, help="--stop-after for every cell (0: none)")
+    p.add_argument("--drain", action="store_true", help="the session's last call: start only cells whose remaining "
+                   "steps fit in the budget at their depth's measured seconds per step (fits_before_the_end)")
     p.add_argument("--poll", type=float, default=0.5)
 
     p = sub.add_parser("summary", help="write the summary CSV")

@@ -22,6 +22,9 @@
 #                                          gdb): the second checkpoint of a process ended every GPU cell with SIGSEGV
 #                                          on 2026-12-02 (docs/results/synthetic)
 #
+# SYN_DRAIN=1 (run): the session's last call starts only the cells that can finish within SYN_BUDGET at their depth's
+# measured rate (sweep_synthetic.py --drain); the others wait for the next session instead of being cut off.
+#
 # SYN_MPS=1 runs the cells under CUDA MPS (a control daemon started for the call and stopped after it): processes
 # sharing a GPU are otherwise time-sliced, one at a time (measured 2026-12-02: 4 MQRAR cells 72 steps/s in all, 12 no
 # more than 4); under MPS their small kernels run concurrently (ninth session: 5 MQRAR cells ~85-90 steps/s in all).
@@ -79,6 +82,9 @@ case "$CMD" in
     ;;
   run)
     mkdir -p "$SYN_RUNS" "$RESULTS"
+    # SYN_DRAIN=1 for the session's last call: only cells that can finish in SYN_BUDGET start (sweep --drain); the
+    # stopped cells' checkpoints go with the machine, so a cell cut off there is lost work.
+    drain=(); [ "${SYN_DRAIN:-0}" = 1 ] && drain=(--drain)
     if [ "${SYN_MPS:-0}" = 1 ] && command -v nvidia-cuda-mps-control > /dev/null; then
       export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
       mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
@@ -86,7 +92,7 @@ case "$CMD" in
     fi
     "${sweep[@]}" run --grid "$SYN_GRID" --tasks "$SYN_TASKS" --build "$BUILD" --runs "$SYN_RUNS" \
       --results "$RESULTS" "${done_args[@]}" --device "$SYN_DEVICE" --jobs-per-gpu "$SYN_JOBS_PER_GPU" \
-      --budget "$SYN_BUDGET" --ckpt-every "$SYN_CKPT_EVERY" "$@" 2>&1 | tee -a "$RESULTS/sweep.log"
+      --budget "$SYN_BUDGET" --ckpt-every "$SYN_CKPT_EVERY" "${drain[@]}" "$@" 2>&1 | tee -a "$RESULTS/sweep.log"
     rc=${PIPESTATUS[0]}
     # The status of the same grid: run's --only and --set shape it (a --set a5.bos=... run read against the plain
     # grid stops at its first cell as "recorded with other options"); its other options are run's alone.

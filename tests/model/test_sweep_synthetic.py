@@ -435,3 +435,25 @@ def test_plot_metrics_positions_count_prefix_lengths_with_and_without_bos(tmp_pa
         head, _, row = r.stdout.strip().splitlines()[-3:]
         assert head.split(" | ")[1:] == [f"len {k}" for k in range(1, 10)] + ["len 10 |"], head
         assert row.split(" | ")[1] == "100.0%", row  # length 1 is the element itself: right in both runs
+
+
+def test_drain_starts_only_cells_that_finish_in_the_budget():
+    """--drain (fits_before_the_end): a cell's remaining steps times its depth's median seconds per step (finished
+    cells of any length) against the seconds left; a stopped cell counts only its remaining steps; a depth with no
+    finished cell yet gives no rate, and its cells start."""
+    def grid(*sets):
+        return argparse.Namespace(grid="paper", tasks="a5", only="", set=list(sets))
+
+    a5 = {c.id: c for c in sweep.make_grid(grid())}
+    steps = a5["a5-len15-l3-path-s1"].opts["steps"]
+    rows = [dict(row(size=10, mech=m, layers=3, seed=1), cell=f"a5-len10-l3-{m}-s1", train_seconds=str(t),
+                 steps_done=str(steps)) for m, t in (("path", 400.0), ("rope", 420.0), ("fox", 900.0))]
+    rows.append(dict(row(size=15, mech="path", layers=3, seed=1, finished=0), cell="a5-len15-l3-path-s1",
+                     train_seconds="", steps_done=str(steps // 2)))
+    assert sweep.seconds_per_step(rows, "a5", 3) == 420.0 / steps  # the median of three
+    assert sweep.seconds_per_step(rows, "a5", 4) is None
+    assert sweep.fits_before_the_end(a5["a5-len15-l3-rope-s1"], rows, 430)
+    assert not sweep.fits_before_the_end(a5["a5-len15-l3-rope-s1"], rows, 400)
+    assert sweep.fits_before_the_end(a5["a5-len15-l3-path-s1"], rows, 215)  # half its steps are done
+    assert not sweep.fits_before_the_end(a5["a5-len15-l3-path-s1"], rows, 200)
+    assert sweep.fits_before_the_end(a5["a5-len15-l4-path-s1"], rows, 1)  # no rate at depth 4: it starts
