@@ -197,6 +197,19 @@ __global__ void __launch_bounds__(256, 1)
         bar.wait(2);
         __syncthreads();  // every thread has seen this completion before barrier 2 is armed again
       }
+      // The step's tail: its turn (kDet), the gate's row sums, dQ^_m's atomic tile, the pass. Of the last head of a
+      // query chunk with a chain step after it, the tail runs after the chain's products are issued (below), so that
+      // its reductions and its wait for the turn overlap them instead of delaying their start: the chain step needs
+      // only E, and the tail only dq and the stage's row sums (stage st is next written two steps later).
+      float dq[8][4];
+      auto dq_tail = [&](int64_t qrow, int st, int len) {
+        if constexpr (kDet) warp_wait_turn(p.count_q + qrow, m - 1 - gc, 8);
+        if constexpr (kGate)
+          if (wg == 0) add_gate_rows(p.dgrow + qrow * C, sRow(st), len);  // threads < len: warps 0, 1
+        atomic_add_acc<8>(dq, p.dqacc + qrow * C * D + 64 * wg, D, row0, len);
+        if constexpr (kDet) defer_pass(held, p.count_q + qrow, fence, p.held_passes);
+      };
+      const bool chain = m > gc + 1;
       for (int j = 0; j < p.group; ++j, ++it) {
         const int st = it & 1;
         const int hq = h * p.group + j;
@@ -242,7 +255,6 @@ __global__ void __launch_bounds__(256, 1)
         }
         // dV += P^T dO^ (Eq. 5), E += dS^T Q^ (Eq. 21): A K-major (k = the queries), B MN-major, column half;
         // dQ^_m = dS K~_{c,m} (Eq. 21): A(query, key) = dS^T[key][query] (MN-major), B = K~'s column half.
-        float dq[8][4];
         wgmma_fence_operand(dv_acc);
         wgmma_fence_operand(e_acc);
         wgmma_fence_operand(dq);
@@ -261,14 +273,10 @@ __global__ void __launch_bounds__(256, 1)
         wgmma_fence_operand(dv_acc);
         wgmma_fence_operand(e_acc);
         wgmma_fence_operand(dq);
-        if constexpr (kDet) warp_wait_turn(p.count_q + qrow, m - 1 - gc, 8);
-        if constexpr (kGate)
-          if (wg == 0) add_gate_rows(p.dgrow + qrow * C, sRow(st), cm.len);  // threads < len: warps 0, 1
-        atomic_add_acc<8>(dq, p.dqacc + qrow * C * D + 64 * wg, D, row0, cm.len);
-        if constexpr (kDet) defer_pass(held, p.count_q + qrow, fence, p.held_passes);
+        if (!chain || j + 1 < p.group) dq_tail(qrow, st, cm.len);
       }
 
-      if (m > gc + 1) {
+      if (chain) {
         // Back through K~_{c,m} = K~_{c,m-1} P_{m-1}^T (Eq. 33): dP_{m-1} += E^T K~_{c,m-1}, E <- E P_{m-1}.
         const int jc = m - 1;
         store_acc_swz<T, 8>(e_acc, blk(S::kE + wg), row0, 0);
@@ -296,6 +304,8 @@ __global__ void __launch_bounds__(256, 1)
           wgmma_m64n64k16_ss<0, 0>(e_acc, desc(S::kE + kk / 4) + 2 * (kk % 4), desc(S::kStep + 2 * wg + kk / 4) + 2 * (kk % 4),
                                    1, Tag{});
         wgmma_commit();
+        // The last head's dQ^_m tail, while both products run (its turn comes before dP_j's, as before the move).
+        dq_tail((int64_t)m * p.HQ + h * p.group + p.group - 1, (it - 1) & 1, cm.len);
         wgmma_wait<1>();  // dP_j's products are done; E's may still run
         wgmma_fence_operand(dpj);
         int* count = p.count_p + (int64_t)jc * p.H + h;
