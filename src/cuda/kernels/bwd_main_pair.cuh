@@ -30,8 +30,10 @@
 // other step, so one tail's latency hides behind the other warpgroup's products. (A first version gave every tail
 // to warpgroup 0: 44.5 -> 44.4 ms in the fast mode at 32 x 4096, no gain from the halved additions, since the
 // tail stayed on one warpgroup's critical path.) dS^T tiles and the gate's row sums are double-buffered by stage
-// for that reason. One CTA barrier per chain step (E through shared memory); its dP_j tail goes to the warpgroup
-// that ran the last step's tail, so that the other reaches the next step first and issues its copies. The turns
+// for that reason. One CTA barrier per chain step (E through shared memory); its dP_j products and addition go to
+// the warpgroup that did not run the last step's dQ^ products, and the one that did adds that dQ^ tile only now,
+// beside them (v19: the two additions, with their turns, run at the same time instead of one after the other on one
+// warpgroup while the other waited at the chain's barrier); the latter, done first, issues the next step's copies. The turns
 // of the deterministic mode are taken warp by warp (warp_wait_turn below), in the order of the task list (plan.cu:
 // blocks of a (sequence, head) pair from the last to the first): block c0 adds to dQ^_m after the (m - 1 - c0) / 2
 // blocks that start above it, to dP_j after (j - 1 - c0) / 2; and passed late, at the warp's next step's products
@@ -272,9 +274,13 @@ __global__ void __launch_bounds__(256, 1)
     zero(dv_acc);
     int kt = 0;  // warpgroup w's tile 2 w + kt holds K~_{c0+w,m}
     const int slot_chunk_rows = p.slot_chunks * C;
-    // Phase 2's copies of step it are issued by the first thread of warpgroup it % 2, which did not run step it - 1's
-    // tail and so reaches step it's start first (the first step: warpgroup 0).
-    auto producer = [&](int step) { return threadIdx.x == 128 * (step & 1); };
+    // Phase 2's copies of step it are issued by the first thread of the warpgroup that reaches step it's start first:
+    // after a plain step (GQA's heads but the last) warpgroup it % 2, which did not run step it - 1's tail; after a
+    // chain step warpgroup (it - 1) % 2, whose dQ^ tail ran beside the other's dP_j products and tail (v19, below).
+    // The first step: warpgroup 0.
+    auto producer = [&](int step, bool after_chain) {
+      return threadIdx.x == 128 * ((after_chain ? step - 1 : step) & 1);
+    };
     // K~_{c0+w,m} (both warpgroups' that exist at m) into tile set x, on barrier 2.
     auto issue_ktiles = [&](int x, int m, int ebuf) {
       const bool two = has1 && m > gc + 1;
@@ -284,7 +290,7 @@ __global__ void __launch_bounds__(256, 1)
         tma_load_2d(smem_addr(tile(2 + x)), &tm_slot, 0, slot_row0_of0 + slot_chunk_rows + (m - gc - 2) * C, bar(2));
       if (ebuf >= 0) tma_load_2d(smem_addr(tile(8 + ebuf)), &tm_step, 0, ((m * p.H) + h) * D, bar(2));
     };
-    if (producer(0) && last > gc) {  // (a sequence's last chunk has no later query chunk: no phase 2)
+    if (producer(0, false) && last > gc) {  // (a sequence's last chunk has no later query chunk: no phase 2)
       fence_proxy_async_smem();  // the previous task's ldmatrix reads of the K~ tiles, before the copy engine's writes
       issue_ktiles(0, last, -1);
       issue_query(0, last, h * p.group, gc, has1 && last > gc + 1);
@@ -302,6 +308,24 @@ __global__ void __launch_bounds__(256, 1)
         __syncthreads();
       }
       uint32_t ka[KD][4];  // K~_{c0+wg,m} as A fragments, for every head of the group
+      // The step's dQ^ addition (its turn in det mode, the gate's row sums, the atomic tile, the pass), by the
+      // warpgroup that ran its products. Of the last head of a query chunk with a chain step after it, it runs in
+      // the chain step, beside the other warpgroup's dP_j products and addition (v19): before, one warpgroup ran
+      // both additions one after the other while the other waited at the chain's barrier.
+      const bool chain = m > gc + 1;
+      float dq[8][4];
+      auto dq_add = [&](int64_t qrow, int st, int len) {
+        if constexpr (kDet) if (!(p.timing_skip & 1024)) warp_wait_turn(p.count_q + qrow, (m - 1 - gc) / 2, 4);
+        if constexpr (kGate) {  // dgrow[t] += the 8 warps' row sums, in a fixed order
+          const float* rs = sRow(st);
+          const int t = threadIdx.x % 128;
+          if (t < len)
+            atomicAdd(p.dgrow + qrow * C + t, ((rs[t] + rs[C + t]) + (rs[2 * C + t] + rs[3 * C + t])) +
+                                                  ((rs[4 * C + t] + rs[5 * C + t]) + (rs[6 * C + t] + rs[7 * C + t])));
+        }
+        atomic_add_acc<8>(dq, p.dqacc + qrow * C * D, D, row0, len);
+        hold_pass(p.count_q + qrow);
+      };
       for (int j = 0; j < p.group; ++j, ++it) {
         const int st = it & 1;
         const int hq = h * p.group + j;
@@ -309,7 +333,7 @@ __global__ void __launch_bounds__(256, 1)
         // Stage st ^ 1 (the previous step's) was released by that step's barrier, which the producer has passed;
         // the K~ tiles it overwrites held K~_{.,m+1}, last read by warpgroup 0's dQ^ products of step m + 1, which
         // the chain step's barrier of m + 1 waited for; the E tile it overwrites was last read two chain steps ago.
-        if (producer(it)) {
+        if (producer(it, j == 0 && m < last)) {
           fence_proxy_async_smem();
           if (j + 1 < p.group)
             issue_query(st ^ 1, m, hq + 1, gc, act1);
@@ -363,7 +387,6 @@ __global__ void __launch_bounds__(256, 1)
         __syncthreads();  // both dS^T (and row sums) complete; stage st consumed
         if (wg == (it & 1)) {  // this step's tail
           // dQ^_m += dS_0 K~_{c0,m} + dS_1 K~_{c0+1,m} (Eq. 21): query rows now, A = dS = (dS^T)^T via ldmatrix.trans.
-          float dq[8][4];
           uint32_t qa[KC][4];
           load_a_t<KC>(qa, sDS(0, st), LDP, row0);
           wgmma_fence_operand(dq);
@@ -381,16 +404,8 @@ __global__ void __launch_bounds__(256, 1)
           wgmma_fence_operand(dq);
           wgmma_fence_frags(qa);
           if (act1) wgmma_fence_frags(qb);
-          if constexpr (kDet) if (!(p.timing_skip & 1024)) warp_wait_turn(p.count_q + qrow, (m - 1 - gc) / 2, 4);
-          if constexpr (kGate) {  // dgrow[t] += the 8 warps' row sums, in a fixed order
-            const float* rs = sRow(st);
-            const int t = threadIdx.x % 128;
-            if (t < cm.len)
-              atomicAdd(p.dgrow + qrow * C + t, ((rs[t] + rs[C + t]) + (rs[2 * C + t] + rs[3 * C + t])) +
-                                                    ((rs[4 * C + t] + rs[5 * C + t]) + (rs[6 * C + t] + rs[7 * C + t])));
-          }
-          atomic_add_acc<8>(dq, p.dqacc + qrow * C * D, D, row0, cm.len);
-          hold_pass(p.count_q + qrow);
+          // (Its products are done here in both cases: the K~ tiles they read are reloaded after the chain step.)
+          if (!chain || j + 1 < p.group) dq_add(qrow, st, cm.len);
         }
       }
 
@@ -402,7 +417,8 @@ __global__ void __launch_bounds__(256, 1)
         bar.wait(2);
         __syncthreads();  // both E complete in shared memory
         const bool update = wg == 0 || chain1;
-        const int owner = (it - 1) & 1;  // ran the last step's tail (the other issues the next step's copies)
+        const int tail = (it - 1) & 1;  // ran the last step's dQ^ products; adds them now (dq_add)
+        const int owner = tail ^ 1;     // dP_j's products and addition, at the same time
         uint32_t eb[KD][4];
         if (update) to_a_frags<T, NT>(e_acc, eb, 1.f);
         if (wg == owner) {
@@ -434,11 +450,15 @@ __global__ void __launch_bounds__(256, 1)
           if constexpr (kDet) if (!(p.timing_skip & 1024)) warp_wait_turn(count, (jc - 1 - gc) / 2, 4);
           atomic_add_acc<8>(dpj, p.dpacc + ((int64_t)jc * p.H + h) * D * D, D, row0, D);
           hold_pass(count);
-        } else if (update) {
-          wgmma_fence_operand(e_acc);
-          wgmma_fence();
-          wgmma_k64<0>(e_acc, eb, tile(8 + ebuf), true);  // E <- E + E E_j^T
-          wgmma_commit();
+        } else {
+          if (update) {
+            wgmma_fence_operand(e_acc);
+            wgmma_fence();
+            wgmma_k64<0>(e_acc, eb, tile(8 + ebuf), true);  // E <- E + E E_j^T
+            wgmma_commit();
+          }
+          // The last head's dQ^_m addition (its turn before this warp's next one, as before the move).
+          dq_add((int64_t)m * p.HQ + h * p.group + p.group - 1, tail, cm.len);
         }
         wgmma_wait<0>();
         wgmma_fence_operand(e_acc);
