@@ -85,8 +85,11 @@ def a5_tables(rows):
             cells.append("?" if k is None else (f">{max(depths)}" if k == math.inf else str(k)))
         out.append(f"| {n} | " + " | ".join(cells) + " |")
     out.append("")
+    base = sweep.GRIDS["paper"]["a5"].get("base_seeds")
     out.append("Per depth: seeds solved / seeds finished (of planned), and the sequence accuracy % over the finished "
-               "seeds: mean ± sd (min-max, n).")
+               "seeds: mean ± sd (min-max, n)." +
+               (f" A verdict is the majority of the planned seeds; only the first {base} always run, the others "
+                "only where those split (tools/sweep_synthetic.py base_seeds)." if base else ""))
     out.append("")
     out.append("| mechanism | layers | " + " | ".join(f"length {n}" for n in lengths) + " |")
     out.append("|" + " --- |" * (len(lengths) + 2))

@@ -283,10 +283,10 @@ def test_by_depth_orders_a5_depth_first_and_skips_depths_above_a_solved_one(tmp_
     assert [c.layers for c in a5] == sorted(c.layers for c in a5)  # every depth-1 cell before any depth-2 one
     # by_length (on in the paper grid): inside a depth, every seed of a length before the next length
     assert [(c.seed, c.size, c.mechanism) for c in a5 if c.layers == 1] == \
-        [(s, n, m) for n in (5, 10, 15, 20) for s in (1, 2, 3) for m in sweep.MECHANISMS]
+        [(s, n, m) for n in (5, 10, 15, 20) for s in (1, 2, 3, 4, 5) for m in sweep.MECHANISMS]
     no_length = [c for c in sweep.make_grid(grid("a5.by_length=0")) if c.task == "a5"]
     assert [(c.seed, c.size, c.mechanism) for c in no_length if c.layers == 1] == \
-        [(s, n, m) for s in (1, 2, 3) for n in (5, 10, 15, 20) for m in sweep.MECHANISMS]
+        [(s, n, m) for s in (1, 2, 3, 4, 5) for n in (5, 10, 15, 20) for m in sweep.MECHANISMS]
     assert [c.seed for c in cells if c.task == "mqrar"][:16] == [1] * 16  # other tasks: seed first, as before
     off = [c for c in sweep.make_grid(grid("a5.by_depth=0")) if c.task == "a5"]
     assert [c.seed for c in off][:64] == [1] * 64
@@ -457,3 +457,45 @@ def test_drain_starts_only_cells_that_finish_in_the_budget():
     assert sweep.fits_before_the_end(a5["a5-len15-l3-path-s1"], rows, 215)  # half its steps are done
     assert not sweep.fits_before_the_end(a5["a5-len15-l3-path-s1"], rows, 200)
     assert sweep.fits_before_the_end(a5["a5-len15-l4-path-s1"], rows, 1)  # no rate at depth 4: it starts
+
+
+def test_a5_later_seeds_run_only_where_the_first_three_split():
+    """base_seeds (A5: 3 of 5): a group's verdict is the majority of its five seeds (3), its seeds 4 and 5 are
+    skipped once it is decided (lazy_seed_skip) and wait while fewer than three seeds have a result
+    (waits_for_base_seeds); seeds 1-3 always run. Three seeds that agree decide; a 2-1 split needs seed 4, and
+    seed 5 only if seed 4 sides with the one."""
+    def grid(*sets):
+        return argparse.Namespace(grid="paper", tasks="a5", only="", set=list(sets))
+
+    a5 = {c.id: c for c in sweep.make_grid(grid())}
+    assert not a5["a5-len5-l2-path-s3"].lazy and a5["a5-len5-l2-path-s4"].lazy and a5["a5-len5-l2-path-s5"].lazy
+
+    def group(mech, results):  # results per seed 1..5: accuracy, or None (not finished)
+        return [row(mech=mech, layers=2, seed=s, finished=0) if a is None else row(mech=mech, layers=2, seed=s, seq=a)
+                for s, a in zip(range(1, 6), results)]
+
+    rows = group("path", [0.95, 0.96, 0.97, None, None])     # 3 of 3: decided, seeds 4 and 5 not needed
+    rows += group("rope", [0.95, 0.96, 0.10, None, None])     # 2-1: pending, seed 4 runs
+    rows += group("fox", [0.95, 0.96, 0.10, 0.20, None])      # 2-2: seed 5 decides
+    rows += group("path-fox", [0.95, 0.96, None, None, None])  # seed 3 pending: seeds 4 and 5 wait
+    v = sweep.group_verdicts(rows)
+    assert [v[("a5", 5, m, 2)]["verdict"] for m in ("path", "rope", "fox", "path-fox")] == ["solved"] + ["pending"] * 3
+    cell = lambda m, s: a5[f"a5-len5-l2-{m}-s{s}"]  # noqa: E731
+    assert sweep.skip_reason(cell("path", 4), v) == "its group is decided by its first 3 seeds"
+    assert sweep.skip_reason(cell("path", 3), v) is None  # a first seed is never skipped for this reason
+    assert sweep.skip_reason(cell("rope", 4), v) is None and not sweep.waits_for_base_seeds(cell("rope", 4), v)
+    assert sweep.skip_reason(cell("fox", 5), v) is None
+    assert sweep.waits_for_base_seeds(cell("path-fox", 4), v) and not sweep.waits_for_base_seeds(cell("path-fox", 3), v)
+    # The next cell: a split group's seed 4 before a waiting seed 4; a decided group's first seed before a waiting
+    # later one; a waiting later seed only when nothing else is left.
+    assert sweep.next_cell([cell("path-fox", 4), cell("rope", 4)], v) == 1
+    v2 = sweep.group_verdicts(rows + group("nope", [0.9, 0.9, None, None, None]))
+    assert sweep.next_cell([cell("path-fox", 5), cell("path", 3)], v2) == 1
+    assert sweep.next_cell([cell("path-fox", 5)], v2) == 0
+    # Seed 4 of the split group sides with the majority: decided, seed 5 not needed.
+    rows_after = group("rope", [0.95, 0.96, 0.10, 0.93, None])
+    assert sweep.group_verdicts(rows_after)[("a5", 5, "rope", 2)]["verdict"] == "solved"
+    assert sweep.skip_reason(cell("rope", 5), sweep.group_verdicts(rows_after)) is not None
+    # A task without base_seeds (MQRAR, flip-flop): every seed is a first seed.
+    mq = [c for c in sweep.make_grid(argparse.Namespace(grid="paper", tasks="mqrar", only="", set=[]))]
+    assert not any(c.lazy for c in mq)
