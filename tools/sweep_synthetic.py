@@ -850,7 +850,7 @@ def cmd_run(args):
     n_fin = sum(1 for r in rows if str(r["finished"]) == "1")
     n_pruned = len(not_needed(cells, rows))
     print(f"sweep: {done_here} finished in this call ({pruned} skipped), {n_fin} of {len(cells)} finished in all, "
-          f"{n_pruned} not needed (a shallower depth solves them or a shorter length is unsolved), "
+          f"{n_pruned} not needed (a shallower depth solves them, a shorter length is unsolved, or their group is decided without them), "
           f"{len(cells) - n_fin - n_pruned} left; "
           f"{time.time() - t0:.0f} s; summary {summary}", flush=True)
     if drained:
@@ -876,7 +876,7 @@ def cmd_status(args):
         skip = sum(1 for r in rs if r["cell"] in unneeded)
         started = sum(1 for r in rs if str(r["finished"]) != "1" and r["folder"] and r["cell"] not in unneeded)
         print(f"{task}: {fin} finished, {started} started, {len(rs) - fin - started - skip} not started"
-              + (f", {skip} not needed (a shallower depth solves them or a shorter length is unsolved)" if skip else "")
+              + (f", {skip} not needed (a shallower depth solves them, a shorter length is unsolved, or their group is decided without them)" if skip else "")
               + f" (steps done {sum(int(r['steps_done'] or 0) for r in rs)} of {sum(int(r['steps']) for r in rs)})")
     return 0
 
