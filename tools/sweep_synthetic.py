@@ -6,7 +6,8 @@ per cell and one summary CSV. docs/results/synthetic/README.md has the GPU comma
   sweep_synthetic.py plan    [GRID] [--steps-csv CSV ...] [--gpus G --jobs-per-gpu J --budget S]
   sweep_synthetic.py measure [GRID] --build BUILD --device cpu|cuda --out CSV     step times (bench_step)
   sweep_synthetic.py run     [GRID] --build BUILD --runs RUNS [--results DIR] [--also-done DIR ...] [--budget S]
-                             [--device cpu|cuda] [--gpus G] [--jobs-per-gpu J | --jobs N] [--max-steps-per-call N] [--drain]
+                             [--device cpu|cuda] [--gpus G] [--jobs-per-gpu J | --jobs N] [--max-steps-per-call N]
+                             [--drain]
   sweep_synthetic.py summary [GRID] --runs RUNS [--also-done DIR ...] --out CSV
   sweep_synthetic.py status  [GRID] --runs RUNS [--also-done DIR ...]
   GRID: --grid paper|tiny  [--tasks a5,mqrar,flipflop]  [--only REGEX]  [--set TASK.KEY=VALUE ...]
@@ -20,11 +21,12 @@ RESULTS/summary.csv is rewritten, so what a command leaves behind is usable even
 Rules (also used by tools/plot_synthetic.py): a cell is solved when its accuracy on the in-distribution set is at
 least 90%: for A5 the sequence accuracy (every prefix product of a sequence right; Merrill et al.'s metric), for
 MQRAR and flip-flop the accuracy on the scored positions (answers, bits after reads). A (task, size, mechanism,
-layers) group is solved when a majority of its planned seeds are (2 of 3), unsolved when a majority can no longer
-be reached, pending otherwise. The fewest layers that solve a length is the smallest solved depth, provided every
-shallower depth is unsolved (a pending shallower depth leaves it undetermined). So for A5 (by_depth) the cells run
-depth by depth and the depths above a solved one are skipped: they cannot change the answer (pruned_by). The
-remaining seeds of a group whose verdict is already decided run after every cell that can still change one
+layers) group is solved when a majority of its planned seeds are (2 of 3; A5: 3 of 5), unsolved when a majority can
+no longer be reached, pending otherwise. A5's seeds 4 and 5 (base_seeds 3) run only for a group that its seeds 1-3
+leave undecided, a 2-1 split; three that agree are already a majority of five (lazy_seed_skip). The fewest layers
+that solve a length is the smallest solved depth, provided every shallower depth is unsolved (a pending shallower
+depth leaves it undetermined). So for A5 (by_depth) the cells run depth by depth and the depths above a solved one
+are skipped: they cannot change the answer (pruned_by). The remaining seeds of a group whose verdict is already decided run after every cell that can still change one
 (next_cell). A5 is also taken as monotone in its length (MONOTONE_IN_SIZE): a depth that leaves a length unsolved
 is read as leaving every longer length unsolved (a model that gets length n right gets each of its shorter prefixes
 right, since every position is scored), so a pending group with an unsolved shorter length at its depth counts as
@@ -419,6 +421,9 @@ def next_cell(todo, verdicts):
         if not c.lazy:
             return i
     return pending[0] if pending else 0
+
+
+NOT_NEEDED_WHY = "a shallower depth solves them, a shorter length is unsolved, or their group is decided without them"
 
 
 def not_needed(cells, rows):
@@ -850,7 +855,7 @@ def cmd_run(args):
     n_fin = sum(1 for r in rows if str(r["finished"]) == "1")
     n_pruned = len(not_needed(cells, rows))
     print(f"sweep: {done_here} finished in this call ({pruned} skipped), {n_fin} of {len(cells)} finished in all, "
-          f"{n_pruned} not needed (a shallower depth solves them, a shorter length is unsolved, or their group is decided without them), "
+          f"{n_pruned} not needed ({NOT_NEEDED_WHY}), "
           f"{len(cells) - n_fin - n_pruned} left; "
           f"{time.time() - t0:.0f} s; summary {summary}", flush=True)
     if drained:
@@ -876,7 +881,7 @@ def cmd_status(args):
         skip = sum(1 for r in rs if r["cell"] in unneeded)
         started = sum(1 for r in rs if str(r["finished"]) != "1" and r["folder"] and r["cell"] not in unneeded)
         print(f"{task}: {fin} finished, {started} started, {len(rs) - fin - started - skip} not started"
-              + (f", {skip} not needed (a shallower depth solves them, a shorter length is unsolved, or their group is decided without them)" if skip else "")
+              + (f", {skip} not needed ({NOT_NEEDED_WHY})" if skip else "")
               + f" (steps done {sum(int(r['steps_done'] or 0) for r in rs)} of {sum(int(r['steps']) for r in rs)})")
     return 0
 
