@@ -27,11 +27,12 @@ leave undecided, a 2-1 split; three that agree are already a majority of five (l
 that solve a length is the smallest solved depth, provided every shallower depth is unsolved (a pending shallower
 depth leaves it undetermined). So for A5 (by_depth) the cells run depth by depth and the depths above a solved one
 are skipped: they cannot change the answer (pruned_by). The remaining seeds of a group whose verdict is already
-decided run after every cell that can still change one (next_cell). A5 is also taken as monotone in its length (MONOTONE_IN_SIZE): a depth that leaves a length unsolved
-is read as leaving every longer length unsolved (a model that gets length n right gets each of its shorter prefixes
-right, since every position is scored), so a pending group with an unsolved shorter length at its depth counts as
-unsolved (group_verdicts, "implied_by"), and with by_length its cells are skipped (pruned_by_length): a depth at which
-length 5 fails is not run at lengths 10-20. Cells that ran keep their own verdict.
+decided run after every cell that can still change one (next_cell). A5 is also taken as monotone in its length
+(MONOTONE_IN_SIZE): a depth that leaves a length unsolved is read as leaving every longer length unsolved (a model
+that gets length n right gets each of its shorter prefixes right, since every position is scored), so a pending
+group with an unsolved shorter length at its depth counts as unsolved (group_verdicts, "implied_by"), and with
+by_length its cells are skipped (pruned_by_length): a depth at which length 5 fails is not run at lengths 10-20.
+Cells that ran keep their own verdict.
 """
 import argparse
 import copy
