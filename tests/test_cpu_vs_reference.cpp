@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "harness.h"
 #include "tolerances.h"
@@ -264,6 +266,78 @@ struct ThreadCount {
   explicit ThreadCount(int n) : prev(set_num_threads(n)) {}
   ~ThreadCount() { set_num_threads(prev); }
 };
+
+// The two-level carry of the CPU backward (docs/math.md Eq. 47-50; PATHATTN_CPU_BWD_BLOCK chunks per block, the
+// default from 16 chunks on): every gradient against the f64 reference under the same tolerance as the one-level
+// form, and against the one-level form itself (PATHATTN_CPU_BWD_BLOCK=0), for blocks of 1 to 4 chunks: pairs across
+// one and several blocks, a last block shorter than the others, GQA, the gate, varlen with sequences of 1 to 5
+// chunks, D = 128 and DV != D. (Same-block pairs run the one-level code.)
+struct BlockCase {
+  Spec spec;
+  int block;
+};
+void PrintTo(const BlockCase& b, std::ostream* os) { *os << b.spec.name() << "_block" << b.block; }
+
+// Sets PATHATTN_CPU_BWD_BLOCK for one scope.
+struct BlockChunks {
+  explicit BlockChunks(int b) { setenv("PATHATTN_CPU_BWD_BLOCK", std::to_string(b).c_str(), 1); }
+  ~BlockChunks() { unsetenv("PATHATTN_CPU_BWD_BLOCK"); }
+};
+
+class CpuTwoLevel : public ::testing::TestWithParam<BlockCase> {};
+
+TEST_P(CpuTwoLevel, BackwardMatchesTheReferenceAndTheOneLevelForm) {
+  const BlockCase& bc = GetParam();
+  const Spec& s = bc.spec;
+  const Problem64 P = rounded_to_f32(s);
+  Case<float> c(P), one(P);
+  Case<double> r(P);
+  r.dout.fill_from(c.dout.to_vector());
+  one.dout.fill_from(c.dout.to_vector());
+  c.forward(Backend::cpu);
+  one.forward(Backend::cpu);
+  r.forward(Backend::reference);
+  {
+    BlockChunks b(bc.block);
+    c.backward(Backend::cpu);
+  }
+  {
+    BlockChunks b(0);  // one block per sequence: the per-chunk chain only
+    one.backward(Backend::cpu);
+  }
+  r.backward(Backend::reference);
+  expect_close(gradient_pairs(c, r, s.gate), s);
+  // Against the one-level form: the same gradients to f32 rounding (relative L2, far below kF32VsF64).
+  const std::vector<std::pair<const char*, std::pair<std::vector<double>, std::vector<double>>>> pairs = {
+      {"dq", {c.dq.to_vector(), one.dq.to_vector()}},   {"dk", {c.dk.to_vector(), one.dk.to_vector()}},
+      {"dv", {c.dv.to_vector(), one.dv.to_vector()}},   {"dw", {c.dw.to_vector(), one.dw.to_vector()}},
+      {"dbeta", {c.dbeta.to_vector(), one.dbeta.to_vector()}}};
+  for (const auto& [name, xy] : pairs)
+    EXPECT_LT(rel_err(xy.first, xy.second), 1e-4) << name << " of " << s.name() << ", block " << bc.block
+                                                   << ": two-level against one-level";
+  EXPECT_TRUE(c.guards_intact()) << "the two-level backward wrote outside an output";
+}
+
+std::vector<BlockCase> two_level_cases() {
+  // Without a gate, but for one case: the test's forget gates make every pair two chunks apart or more ~exp(-50)
+  // of the near ones, so that the far pairs (the only ones the two-level form changes) would not be seen.
+  using B = BetaDist;
+  std::vector<BlockCase> c;
+  for (int block : {1, 2, 3}) {
+    c.push_back({{.B = 1, .T = 600, .H = 1, .HQ = 4, .D = 64, .DV = 32, .beta = B::near2}, block});
+    c.push_back({{.B = 2, .T = 200, .H = 2, .HQ = 2, .D = 16, .DV = 16, .beta = B::near1}, block});
+  }
+  c.push_back({{.B = 1, .T = 465, .H = 2, .HQ = 8, .D = 16, .DV = 32, .seqlens = {1, 70, 1, 129, 64, 200},
+                .beta = B::uniform},
+               1});
+  c.push_back({{.B = 1, .T = 400, .H = 1, .HQ = 1, .D = 128, .DV = 128, .seqlens = {90, 310}}, 2});
+  c.push_back({{.B = 1, .T = 1000, .H = 1, .HQ = 1, .D = 64, .DV = 64, .beta = B::near0}, 4});
+  c.push_back({{.B = 1, .T = 330, .H = 1, .HQ = 4, .D = 64, .DV = 32, .gate = true, .beta = B::near2}, 1});
+  return c;
+}
+INSTANTIATE_TEST_SUITE_P(Cases, CpuTwoLevel, ::testing::ValuesIn(two_level_cases()), [](const auto& info) {
+  return info.param.spec.name() + "_block" + std::to_string(info.param.block);
+});
 
 // The CPU path's results must not depend on how work is split over threads beyond the order of f32 sums.
 TEST(CpuThreads, ResultsDoNotDependOnThreadCount) {

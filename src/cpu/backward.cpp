@@ -7,9 +7,16 @@
 //      backward (Eq. 24-30), the gate's reverse cumulative sum, scatter.
 // Nothing of size T^2 is stored: fla's backward keeps the query transformed to every 512-token boundary
 // (T^2 / 512 memory); here stage 2 recomputes instead.
+// From 16 chunks on the chunks are grouped into blocks (the two-level carry, docs/math.md Eq. 47-50; block_chunks):
+// a pair of chunks in different blocks sees the key carried once per block between them (block_carry.h) and the
+// query carried back to its block's start, so stage 2 makes one D x D step per block instead of one step per chunk
+// there. Pairs inside a block, and every pair of a shorter sequence, go through the per-chunk chain (Eq. 18-23).
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "common/env.h"
+#include "cpu/block_carry.h"
 #include "cpu/chunk.h"
 #include "cpu/cpu.h"
 #include "cpu/gemm.h"
@@ -23,6 +30,9 @@ struct HeadState {
   Segment seg;
   int64_t h = 0;
   HeadData x;
+  int64_t B = 0;                // chunks per block (>= the chunk count: one block, the per-chunk chain only)
+  std::vector<float> Pi;        // [NB, D, D] block products (Eq. 47), when there are several blocks
+  std::vector<float> Qp;        // [G, L, D] queries carried back to their block's start (Eq. 48)
   std::vector<float> T, Kcorr;  // [N, C, C] per chunk (only the leading n x n used)
   std::vector<float> U, Khat;   // [L, D]
   std::vector<float> Qhat;      // [G, L, D]
@@ -36,6 +46,14 @@ struct HeadState {
     const int64_t r0 = m * kChunk, n = std::min(kChunk, x.L - r0), D = x.D, C2 = kChunk * kChunk;
     return {n, D, &x.w[r0 * D], &x.k[r0 * D], &x.beta[r0], &T[m * C2], &U[r0 * D], &Kcorr[m * C2], &Khat[r0 * D]};
   }
+  int64_t blocks() const { return (x.chunks() + B - 1) / B; }
+  bool blocked() const { return blocks() > 1; }
+  // The factors of chunks first .. first + count - 1, in order.
+  std::vector<ChunkFactors> run(int64_t first, int64_t count) {
+    std::vector<ChunkFactors> f;
+    for (int64_t j = 0; j < count; ++j) f.push_back(factors(first + j));
+    return f;
+  }
 };
 
 // Per-thread accumulators for one head: gradients that several key chunks' tasks add to.
@@ -43,7 +61,22 @@ struct HeadAccum {
   std::vector<float> dQhat;  // [G, L, D]
   std::vector<float> dU, dW;  // [L, D] (dW: the part through the cache carries only)
   std::vector<float> dG;      // [G, L] gradient of the cumulative gate G_t
+  std::vector<float> dQp;     // [G, L, D] gradient of the block-start queries Qp (several blocks only)
+  std::vector<float> dPi;     // [NB, D, D] gradient of the block products (several blocks only)
 };
+
+// Chunks per block of the two-level carry for a sequence of `chunks` chunks. By default about 2/3 sqrt(chunks) from
+// 16 chunks (T >= 1024) on: a key chunk's chain steps, (B - 1) / 2 + chunks / (2 B), are fewest at sqrt(chunks), and
+// the query carry and block products (O(B) per chunk) pull the best a little lower. Measured on 2 cores (B 1, H 4,
+// D 64, docs/perf/notes.md "A two-level carry"): the backward 340 -> 246-259 ms at T 4096 with B 4-6, 1452 -> 920 ms
+// at T 8192 with B 6. Shorter sequences keep one block (the per-chunk chain: the bits of the runs recorded before).
+// PATHATTN_CPU_BWD_BLOCK overrides: 0 = one block per sequence, B >= 1 = B chunks per block. Read at every call.
+int64_t block_chunks(int64_t chunks) {
+  const int64_t b = env::integer("PATHATTN_CPU_BWD_BLOCK", -1, 0, 1 << 20);
+  const int64_t one = std::max<int64_t>(chunks, 1);
+  if (b >= 0) return b == 0 ? one : b;
+  return chunks < 16 ? one : std::max<int64_t>(2, std::llround(std::sqrt(static_cast<double>(chunks)) * 2.0 / 3.0));
+}
 
 HeadState stage1(const Problem& p, const Inputs& in, const TensorView& o, const TensorView& lse,
                  const TensorView& dout, const TensorView& dlse, const Segment& s, int64_t h) {
@@ -69,6 +102,22 @@ HeadState stage1(const Problem& p, const Inputs& in, const TensorView& o, const 
     chunk_key_side(f);
     for (int64_t j = 0; j < G; ++j)
       chunk_query_side(f, &x.q[(j * L + m * C) * D], QWl.data(), &st.Qhat[(j * L + m * C) * D], S.data());
+  }
+  st.B = block_chunks(N);
+  if (st.blocked()) {  // Eq. 47, 48: the block products and the queries at their block's start
+    const int64_t NB = st.blocks();
+    st.Pi.resize(NB * D * D);
+    st.Qp.resize(G * L * D);
+    for (int64_t b = 0; b < NB; ++b) {
+      const int64_t s0 = b * st.B, count = std::min(st.B, N - s0);
+      const std::vector<ChunkFactors> f = st.run(s0, count);
+      block_product(f.data(), count, D, &st.Pi[b * D * D]);
+      for (int64_t m = s0; m < s0 + count; ++m)
+        for (int64_t j = 0; j < G; ++j) {
+          const int64_t r = (j * L + m * C) * D;
+          carry_query_to_block_start(f.data(), m - s0, &st.Qhat[r], std::min(C, L - m * C), D, &st.Qp[r]);
+        }
+    }
   }
   for (int64_t j = 0; j < G; ++j) {
     const int64_t hq = h * G + j;
@@ -100,32 +149,48 @@ void block_softmax_backward(float* P, float* dl, int64_t nq, int64_t nk, int64_t
     }
 }
 
-// Stage 2 for key chunk c of one head (Eq. 19-23).
+// Stage 2 for key chunk c of one head (Eq. 19-23; with several blocks, Eq. 49-50 past c's block).
 void stage2(const Problem& p, HeadState& st, int64_t c, HeadAccum& acc) {
   const HeadData& x = st.x;
   const int64_t L = x.L, D = x.D, DV = x.DV, G = x.G, N = x.chunks(), C = kChunk;
   const int64_t c0 = c * C, nc = std::min(C, L - c0);
   if (c + 1 >= N) return;
   const float scale = static_cast<float>(p.scale);
-  // Kt[m] = K^_c carried to the start of chunk m, m = c+1 .. N-1 (Eq. 17), [nc, D] each.
-  std::vector<float> Kt((N - c - 1) * nc * D);
+  // Past c's block (chunks >= next) the pairs use the key carried per block, Kb[mu] = K~_{c, mu B} (Eq. 49).
+  const int64_t beta = c / st.B, next = std::min((beta + 1) * st.B, N), last_chunk = std::min(next, N - 1);
+  // Kt[m] = K^_c carried to the start of chunk m, m = c+1 .. last_chunk (Eq. 17), [nc, D] each.
+  std::vector<float> Kt((last_chunk - c) * nc * D);
   auto kt = [&](int64_t m) { return &Kt[(m - c - 1) * nc * D]; };
   std::copy(&st.Khat[c0 * D], &st.Khat[(c0 + nc) * D], kt(c + 1));
   std::vector<float> X(nc * C), EW(nc * C), E(nc * D, 0.f), P(C * nc), dl(C * nc);
-  for (int64_t m = c + 1; m + 1 < N; ++m) {
+  for (int64_t m = c + 1; m < last_chunk; ++m) {
     const ChunkFactors f = st.factors(m);
     std::copy(kt(m), kt(m) + nc * D, kt(m + 1));
     gemm(false, true, nc, f.n, D, 1.f, kt(m), D, f.U, D, 0.f, X.data(), f.n);
     gemm(false, false, nc, D, f.n, -1.f, X.data(), f.n, f.w, D, 1.f, kt(m + 1), D);
   }
+  const int64_t NB = st.blocks();
+  std::vector<float> Kb, Eb;  // Kb[mu - beta - 1] = K~_{c, mu B}; Eb = d loss / d Kb of the current block
+  auto kb = [&](int64_t mu) { return &Kb[(mu - beta - 1) * nc * D]; };
+  if (next < N) {
+    Kb.resize((NB - beta - 1) * nc * D);
+    Eb.assign(nc * D, 0.f);
+    std::copy(kt(next), kt(next) + nc * D, kb(beta + 1));
+    for (int64_t mu = beta + 1; mu + 1 < NB; ++mu)  // Kb[mu + 1] = Kb[mu] Pi_mu^T (Eq. 49)
+      gemm(false, true, nc, D, D, 1.f, kb(mu), D, &st.Pi[mu * D * D], D, 0.f, kb(mu + 1), D);
+  }
   const float* Vc = &x.v[c0 * DV];
   float* dVc = &st.dv[c0 * DV];
   for (int64_t m = N - 1; m > c; --m) {
-    const int64_t m0 = m * C, nm = std::min(C, L - m0);
+    const int64_t m0 = m * C, nm = std::min(C, L - m0), mu = m / st.B;
+    const bool far = m >= next;  // in a later block: block-start frame (Eq. 49)
+    const float* Km = far ? kb(mu) : kt(m);
+    float* Em = far ? Eb.data() : E.data();
     for (int64_t j = 0; j < G; ++j) {
-      const float* Qh = &st.Qhat[(j * L + m0) * D];
+      const float* Qh = far ? &st.Qp[(j * L + m0) * D] : &st.Qhat[(j * L + m0) * D];
+      float* dQh = far ? &acc.dQp[(j * L + m0) * D] : &acc.dQhat[(j * L + m0) * D];
       const float* dO = &st.dO[(j * L + m0) * DV];
-      gemm(false, true, nm, nc, D, scale, Qh, D, kt(m), D, 0.f, P.data(), nc);
+      gemm(false, true, nm, nc, D, scale, Qh, D, Km, D, 0.f, P.data(), nc);
       gemm(false, true, nm, nc, DV, 1.f, dO, DV, Vc, DV, 0.f, dl.data(), nc);
       const double* gc = x.gcum.empty() ? nullptr : &x.gcum[j * L];
       block_softmax_backward(P.data(), dl.data(), nm, nc, m0, c0, &st.lse[j * L], &st.delta[j * L], gc);
@@ -138,10 +203,20 @@ void stage2(const Problem& p, HeadState& st, int64_t c, HeadAccum& acc) {
             dG[c0 + k] -= dl[i * nc + k];
           }
       }
-      // ds = scale dl: dQhat_m += ds Kt[m], E += ds^T Qhat_m (Eq. 21).
-      gemm(false, false, nm, D, nc, scale, dl.data(), nc, kt(m), D, 1.f, &acc.dQhat[(j * L + m0) * D], D);
-      gemm(true, false, nc, D, nm, scale, dl.data(), nc, Qh, D, 1.f, E.data(), D);
+      // ds = scale dl: dQhat_m += ds Kt[m], E += ds^T Qhat_m (Eq. 21; in the block-start frame when far).
+      gemm(false, false, nm, D, nc, scale, dl.data(), nc, Km, D, 1.f, dQh, D);
+      gemm(true, false, nc, D, nm, scale, dl.data(), nc, Qh, D, 1.f, Em, D);
     }
+    if (far && m != mu * st.B) continue;  // inside a later block: the same Kb for all its chunks
+    if (far && mu - 1 > beta) {  // back through Kb[mu] = Kb[mu-1] Pi_{mu-1}^T (Eq. 50)
+      gemm(true, false, D, D, nc, 1.f, Eb.data(), D, kb(mu - 1), D, 1.f, &acc.dPi[(mu - 1) * D * D], D);
+      std::vector<float> EPi(nc * D);
+      gemm(false, false, nc, D, D, 1.f, Eb.data(), D, &st.Pi[(mu - 1) * D * D], D, 0.f, EPi.data(), D);
+      Eb.swap(EPi);
+      continue;
+    }
+    if (far)  // m = next: Kb[beta + 1] is Kt[next], and the per-chunk chain takes over
+      for (int64_t i = 0; i < nc * D; ++i) E[i] += Eb[i];
     if (m > c + 1) {  // back through Kt[m] = Kt[m-1] - X W_{m-1}, X = Kt[m-1] U_{m-1}^T (Eq. 22-23)
       const ChunkFactors f = st.factors(m - 1);
       const int64_t r = (m - 1) * C;
@@ -161,13 +236,33 @@ void stage3(const Problem& p, HeadState& st, std::vector<HeadAccum*>& accs, cons
   const int64_t L = x.L, D = x.D, DV = x.DV, G = x.G, N = x.chunks(), C = kChunk;
   const float scale = static_cast<float>(p.scale);
   HeadAccum sum{std::vector<float>(G * L * D, 0.f), std::vector<float>(L * D, 0.f), std::vector<float>(L * D, 0.f),
-                std::vector<float>(G * L, 0.f)};
+                std::vector<float>(G * L, 0.f), {}, {}};
+  if (st.blocked()) {
+    sum.dQp.assign(G * L * D, 0.f);
+    sum.dPi.assign(st.blocks() * D * D, 0.f);
+  }
   for (HeadAccum* a : accs) {
     if (a->dU.empty()) continue;  // this thread ran no task of this head
     for (size_t i = 0; i < sum.dQhat.size(); ++i) sum.dQhat[i] += a->dQhat[i];
     for (size_t i = 0; i < sum.dU.size(); ++i) sum.dU[i] += a->dU[i], sum.dW[i] += a->dW[i];
     for (size_t i = 0; i < sum.dG.size(); ++i) sum.dG[i] += a->dG[i];
+    for (size_t i = 0; i < sum.dQp.size(); ++i) sum.dQp[i] += a->dQp[i];
+    for (size_t i = 0; i < sum.dPi.size(); ++i) sum.dPi[i] += a->dPi[i];
   }
+  if (st.blocked())  // Eq. 47, 48 backward: into the chunks' dW, dU and the queries' dQhat
+    for (int64_t b = 0; b < st.blocks(); ++b) {
+      const int64_t s0 = b * st.B, count = std::min(st.B, N - s0);
+      const std::vector<ChunkFactors> f = st.run(s0, count);
+      float* dW0 = &sum.dW[s0 * C * D];
+      float* dU0 = &sum.dU[s0 * C * D];
+      block_product_backward(f.data(), count, D, &sum.dPi[b * D * D], dW0, dU0);
+      for (int64_t m = s0; m < s0 + count; ++m)
+        for (int64_t j = 0; j < G; ++j) {
+          const int64_t r = (j * L + m * C) * D;
+          carry_query_to_block_start_backward(f.data(), m - s0, &st.Qhat[r], &sum.dQp[r], std::min(C, L - m * C), D,
+                                              &sum.dQhat[r], dW0, dU0);
+        }
+    }
   std::vector<float> dq(G * L * D, 0.f), dk(L * D, 0.f), dw = sum.dW, dbeta(L, 0.f);
   std::vector<float> QWl(C * C), Qh(C * D), S(C * C), dl(C * C), dKcorr(C * C);
   for (int64_t m = 0; m < N; ++m) {
@@ -246,6 +341,10 @@ void backward(const Problem& p, const Inputs& in, const TensorView& o, const Ten
         a.dU.assign(x.L * x.D, 0.f);
         a.dW.assign(x.L * x.D, 0.f);
         a.dG.assign(x.G * x.L, 0.f);
+        if (st[hd].blocked()) {
+          a.dQp.assign(x.G * x.L * x.D, 0.f);
+          a.dPi.assign(st[hd].blocks() * x.D * x.D, 0.f);
+        }
       }
       stage2(p, st[hd], c, a);
     }
