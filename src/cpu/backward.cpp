@@ -170,11 +170,12 @@ void stage2(const Problem& p, HeadState& st, int64_t c, HeadAccum& acc) {
     gemm(false, false, nc, D, f.n, -1.f, X.data(), f.n, f.w, D, 1.f, kt(m + 1), D);
   }
   const int64_t NB = st.blocks();
-  std::vector<float> Kb, Eb;  // Kb[mu - beta - 1] = K~_{c, mu B}; Eb = d loss / d Kb of the current block
+  std::vector<float> Kb, Eb, EPi;  // Kb[mu - beta - 1] = K~_{c, mu B}; Eb = d loss / d Kb of the current block
   auto kb = [&](int64_t mu) { return &Kb[(mu - beta - 1) * nc * D]; };
   if (next < N) {
     Kb.resize((NB - beta - 1) * nc * D);
     Eb.assign(nc * D, 0.f);
+    EPi.resize(nc * D);
     std::copy(kt(next), kt(next) + nc * D, kb(beta + 1));
     for (int64_t mu = beta + 1; mu + 1 < NB; ++mu)  // Kb[mu + 1] = Kb[mu] Pi_mu^T (Eq. 49)
       gemm(false, true, nc, D, D, 1.f, kb(mu), D, &st.Pi[mu * D * D], D, 0.f, kb(mu + 1), D);
@@ -210,7 +211,6 @@ void stage2(const Problem& p, HeadState& st, int64_t c, HeadAccum& acc) {
     if (far && m != mu * st.B) continue;  // inside a later block: the same Kb for all its chunks
     if (far && mu - 1 > beta) {  // back through Kb[mu] = Kb[mu-1] Pi_{mu-1}^T (Eq. 50)
       gemm(true, false, D, D, nc, 1.f, Eb.data(), D, kb(mu - 1), D, 1.f, &acc.dPi[(mu - 1) * D * D], D);
-      std::vector<float> EPi(nc * D);
       gemm(false, false, nc, D, D, 1.f, Eb.data(), D, &st.Pi[(mu - 1) * D * D], D, 0.f, EPi.data(), D);
       Eb.swap(EPi);
       continue;
