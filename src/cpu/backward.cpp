@@ -111,8 +111,8 @@ HeadState stage1(const Problem& p, const Inputs& in, const TensorView& o, const 
     for (int64_t b = 0; b < NB; ++b) {
       const int64_t s0 = b * st.B, count = std::min(st.B, N - s0);
       const std::vector<ChunkFactors> f = st.run(s0, count);
-      block_product(f.data(), count, D, &st.Pi[b * D * D]);
-      for (int64_t m = s0; m < s0 + count; ++m)
+      if (b + 1 < NB) block_product(f.data(), count, D, &st.Pi[b * D * D]);  // (no key is carried past the last)
+      for (int64_t m = s0; b > 0 && m < s0 + count; ++m)  // (block 0's queries have no earlier block)
         for (int64_t j = 0; j < G; ++j) {
           const int64_t r = (j * L + m * C) * D;
           carry_query_to_block_start(f.data(), m - s0, &st.Qhat[r], std::min(C, L - m * C), D, &st.Qp[r]);
@@ -255,8 +255,8 @@ void stage3(const Problem& p, HeadState& st, std::vector<HeadAccum*>& accs, cons
       const std::vector<ChunkFactors> f = st.run(s0, count);
       float* dW0 = &sum.dW[s0 * C * D];
       float* dU0 = &sum.dU[s0 * C * D];
-      block_product_backward(f.data(), count, D, &sum.dPi[b * D * D], dW0, dU0);
-      for (int64_t m = s0; m < s0 + count; ++m)
+      if (b + 1 < st.blocks()) block_product_backward(f.data(), count, D, &sum.dPi[b * D * D], dW0, dU0);
+      for (int64_t m = s0; b > 0 && m < s0 + count; ++m)
         for (int64_t j = 0; j < G; ++j) {
           const int64_t r = (j * L + m * C) * D;
           carry_query_to_block_start_backward(f.data(), m - s0, &st.Qhat[r], &sum.dQp[r], std::min(C, L - m * C), D,
