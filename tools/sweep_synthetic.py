@@ -745,8 +745,16 @@ def fits_before_the_end(cell, rows, seconds_left):
     so in the session's last call a cell that cannot finish is GPU time taken from the cells that can (the GPU is
     shared, and at 12 cells under MPS it is saturated: 12 three-layer cells take ~420 s, 4-6 take 150-210 s). The rate
     is the full schedule's (a cell that meets its stopping criterion ends sooner): a cell refused here might have
-    finished, one started here will very likely finish. With no rate for the depth yet, the cell starts."""
+    finished, one started here will very likely finish. A depth with no finished cell yet takes the rate of the
+    deepest shallower depth that has one, scaled by the ratio of depths (a step's launches grow with the layers; with
+    12 cells sharing an H100, 1 / 2 / 3 layers took ~140 / ~320 / ~420 s per 10000 steps, so the linear scale errs
+    toward not starting: the twenty-ninth session's last call started eleven four-layer cells with no rate for
+    their depth and all were cut off). With no rate at any depth, the cell starts."""
     rate = seconds_per_step(rows, cell.task, cell.layers)
+    if rate is None:
+        shallower = [(l, seconds_per_step(rows, cell.task, l)) for l in range(cell.layers - 1, 0, -1)]
+        l, r = next(((l, r) for l, r in shallower if r is not None), (None, None))
+        rate = r * cell.layers / l if r is not None else None
     if rate is None:
         return True
     row = next((r for r in rows if r["cell"] == cell.id), None)

@@ -440,7 +440,7 @@ def test_plot_metrics_positions_count_prefix_lengths_with_and_without_bos(tmp_pa
 def test_drain_starts_only_cells_that_finish_in_the_budget():
     """--drain (fits_before_the_end): a cell's remaining steps times its depth's median seconds per step (finished
     cells of any length) against the seconds left; a stopped cell counts only its remaining steps; a depth with no
-    finished cell yet gives no rate, and its cells start."""
+    finished cell yet takes the deepest shallower depth's rate times the ratio of depths; with none at all, it starts."""
     def grid(*sets):
         return argparse.Namespace(grid="paper", tasks="a5", only="", set=list(sets))
 
@@ -456,7 +456,10 @@ def test_drain_starts_only_cells_that_finish_in_the_budget():
     assert not sweep.fits_before_the_end(a5["a5-len15-l3-rope-s1"], rows, 400)
     assert sweep.fits_before_the_end(a5["a5-len15-l3-path-s1"], rows, 215)  # half its steps are done
     assert not sweep.fits_before_the_end(a5["a5-len15-l3-path-s1"], rows, 200)
-    assert sweep.fits_before_the_end(a5["a5-len15-l4-path-s1"], rows, 1)  # no rate at depth 4: it starts
+    # No cell of depth 4 has finished: depth 3's rate x 4 / 3, 560 s for the whole schedule.
+    assert sweep.fits_before_the_end(a5["a5-len15-l4-path-s1"], rows, 570)
+    assert not sweep.fits_before_the_end(a5["a5-len15-l4-path-s1"], rows, 550)
+    assert sweep.fits_before_the_end(a5["a5-len15-l4-path-s1"], [], 1)  # no rate at any depth: it starts
 
 
 def test_a5_later_seeds_run_only_where_the_first_three_split():
