@@ -276,8 +276,9 @@ __global__ void __launch_bounds__(256, 1)
     const int slot_chunk_rows = p.slot_chunks * C;
     // Phase 2's copies of step it are issued by the first thread of the warpgroup that reaches step it's start first:
     // after a plain step (GQA's heads but the last) warpgroup it % 2, which did not run step it - 1's tail; after a
-    // chain step warpgroup (it - 1) % 2, whose dQ^ tail ran beside the other's dP_j products and tail (v19, below).
-    // The first step: warpgroup 0.
+    // chain step, in det mode, warpgroup (it - 1) % 2, whose dQ^ tail ran beside the other's dP_j products and tail
+    // (v19, below; in the fast mode it % 2, as after a plain step). The first step: warpgroup 0.
+    constexpr bool kAddBeside = kDet;  // v19's placement of a chain step's dQ^ addition (below, at dq_add)
     auto producer = [&](int step, bool after_chain) {
       return threadIdx.x == 128 * ((after_chain ? step - 1 : step) & 1);
     };
@@ -311,7 +312,10 @@ __global__ void __launch_bounds__(256, 1)
       // The step's dQ^ addition (its turn in det mode, the gate's row sums, the atomic tile, the pass), by the
       // warpgroup that ran its products. Of the last head of a query chunk with a chain step after it, it runs in
       // the chain step, beside the other warpgroup's dP_j products and addition (v19): before, one warpgroup ran
-      // both additions one after the other while the other waited at the chain's barrier.
+      // both additions one after the other while the other waited at the chain's barrier. In the deterministic
+      // mode only (kAddBeside): measured on an H100 (twenty-ninth session, two A/B rounds against the addition in
+      // the loop), bwd_main 1.3-2.2% faster in det mode at T 4096 / 16384 (3.5% slower at T 1024), but 3.6-5.6%
+      // slower in the fast mode at every T, where no turn is waited for and the loop's addition already overlapped.
       const bool chain = m > gc + 1;
       float dq[8][4];
       auto dq_add = [&](int64_t qrow, int st, int len) {
@@ -333,7 +337,7 @@ __global__ void __launch_bounds__(256, 1)
         // Stage st ^ 1 (the previous step's) was released by that step's barrier, which the producer has passed;
         // the K~ tiles it overwrites held K~_{.,m+1}, last read by warpgroup 0's dQ^ products of step m + 1, which
         // the chain step's barrier of m + 1 waited for; the E tile it overwrites was last read two chain steps ago.
-        if (producer(it, j == 0 && m < last)) {
+        if (producer(it, kAddBeside && j == 0 && m < last)) {
           fence_proxy_async_smem();
           if (j + 1 < p.group)
             issue_query(st ^ 1, m, hq + 1, gc, act1);
@@ -405,7 +409,7 @@ __global__ void __launch_bounds__(256, 1)
           wgmma_fence_frags(qa);
           if (act1) wgmma_fence_frags(qb);
           // (Its products are done here in both cases: the K~ tiles they read are reloaded after the chain step.)
-          if (!chain || j + 1 < p.group) dq_add(qrow, st, cm.len);
+          if (!kAddBeside || !chain || j + 1 < p.group) dq_add(qrow, st, cm.len);
         }
       }
 
@@ -418,7 +422,7 @@ __global__ void __launch_bounds__(256, 1)
         __syncthreads();  // both E complete in shared memory
         const bool update = wg == 0 || chain1;
         const int tail = (it - 1) & 1;  // ran the last step's dQ^ products; adds them now (dq_add)
-        const int owner = tail ^ 1;     // dP_j's products and addition, at the same time
+        const int owner = kAddBeside ? tail ^ 1 : tail;  // dP_j's products and addition (beside dq_add: the other)
         uint32_t eb[KD][4];
         if (update) to_a_frags<T, NT>(e_acc, eb, 1.f);
         if (wg == owner) {
@@ -458,7 +462,7 @@ __global__ void __launch_bounds__(256, 1)
             wgmma_commit();
           }
           // The last head's dQ^_m addition (its turn before this warp's next one, as before the move).
-          dq_add((int64_t)m * p.HQ + h * p.group + p.group - 1, tail, cm.len);
+          if constexpr (kAddBeside) dq_add((int64_t)m * p.HQ + h * p.group + p.group - 1, tail, cm.len);
         }
         wgmma_wait<0>();
         wgmma_fence_operand(e_acc);

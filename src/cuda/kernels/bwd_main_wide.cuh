@@ -200,7 +200,11 @@ __global__ void __launch_bounds__(256, 1)
       // The step's tail: its turn (kDet), the gate's row sums, dQ^_m's atomic tile, the pass. Of the last head of a
       // query chunk with a chain step after it, the tail runs after the chain's products are issued (below), so that
       // its reductions and its wait for the turn overlap them instead of delaying their start: the chain step needs
-      // only E, and the tail only dq and the stage's row sums (stage st is next written two steps later).
+      // only E, and the tail only dq and the stage's row sums (stage st is next written two steps later). In the fast
+      // mode only (v18, kTailInChain): measured on an H100 (twenty-ninth session, two A/B rounds against the tail in
+      // the loop), bwd_main 0.8-1.5% faster in the fast mode at D = 128, T 4096 / 16384, but 1.6-2.0% slower in the
+      // deterministic mode, whose turn the moved tail then waits for while the chain's products are in flight.
+      constexpr bool kTailInChain = !kDet;
       float dq[8][4];
       auto dq_tail = [&](int64_t qrow, int st, int len) {
         if constexpr (kDet) warp_wait_turn(p.count_q + qrow, m - 1 - gc, 8);
@@ -273,7 +277,7 @@ __global__ void __launch_bounds__(256, 1)
         wgmma_fence_operand(dv_acc);
         wgmma_fence_operand(e_acc);
         wgmma_fence_operand(dq);
-        if (!chain || j + 1 < p.group) dq_tail(qrow, st, cm.len);
+        if (!kTailInChain || !chain || j + 1 < p.group) dq_tail(qrow, st, cm.len);
       }
 
       if (chain) {
@@ -305,7 +309,7 @@ __global__ void __launch_bounds__(256, 1)
                                    1, Tag{});
         wgmma_commit();
         // The last head's dQ^_m tail, while both products run (its turn comes before dP_j's, as before the move).
-        dq_tail((int64_t)m * p.HQ + h * p.group + p.group - 1, (it - 1) & 1, cm.len);
+        if constexpr (kTailInChain) dq_tail((int64_t)m * p.HQ + h * p.group + p.group - 1, (it - 1) & 1, cm.len);
         wgmma_wait<1>();  // dP_j's products are done; E's may still run
         wgmma_fence_operand(dpj);
         int* count = p.count_p + (int64_t)jc * p.H + h;
