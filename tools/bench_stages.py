@@ -37,8 +37,9 @@ def summarize(path):
             bwd = [c for kind, c in calls if kind == "backward"]
             half = len(bwd) // 2
             parts = []
-            if fwd:
-                parts.append("fwd " + medians(fwd, ("prep", "main")))
+            if fwd:  # "blocks": the two-level forward's block preprocess (PATHATTN_FWD_BLOCK), when it ran
+                keys = ("prep", "blocks", "main") if any("blocks" in c for c in fwd) else ("prep", "main")
+                parts.append("fwd " + medians(fwd, keys))
             keys = ("prep", "bwd_prep", "bwd_main", "bwd_local")
             if half:
                 parts.append("bwd det " + medians(bwd[:half], keys))

@@ -38,6 +38,10 @@
 #   fwd128: the D = 128 forward (wgmma: the one-E-slot default and the two-E-slot instances, PATHATTN_FWD128=twoe):
 #          test_cuda_forward, memcheck on its D = 128 cases, racecheck on a few small ones, with each; bench_fwd
 #          --only 128 with the older mma.sync kernel (PATHATTN_FWD128=mma), twoe and the default
+#   fwdblock: the two-level forward (PATHATTN_FWD_BLOCK; kernels/fwd_block_carry.cuh): the gpu tests as in test mode
+#          (blocks of 1-3 among them), test_cuda_forward with blocks of 4 and 8 (FWD_VARIANTS), sanitizers on small
+#          cases, bench_fwd at both D with stage times without blocks and with 2-16 (FWD_BENCH_VARIANTS); fwd128 and
+#          fwdblock share one loop over environment assignments
 #   model: only the model's bench_step
 #   turns: the deterministic turns' cost in the D = 64 main backward: test_cuda_backward (not Long) and its
 #          sanitizers on small cases and the determinism tests (SKIP_TESTS=1 skips them), then bench_fwd --bwd --only 64
@@ -237,7 +241,7 @@ spill_map() {
 spill_map build-gpu
 
 if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ] || [ "$MODE" = ncu ] || [ "$MODE" = bwd ] ||
-   [ "$MODE" = fence ] || { [ "$MODE" = ab ] && [ "${AB_TESTS:-0}" = 1 ]; }; then
+   [ "$MODE" = fence ] || [ "$MODE" = fwdblock ] || { [ "$MODE" = ab ] && [ "${AB_TESTS:-0}" = 1 ]; }; then
   t0=$(date +%s)
   if [ "${SKIP_TESTS:-0}" != 1 ]; then
   EXCL=(); [ "${GPU_SKIP_LONG:-0}" = 1 ] && EXCL=(-E 'Long/')
@@ -424,29 +428,48 @@ if [ "$MODE" = decode ]; then
   tee -a "$SUMMARY" < "$OUT/bench_decode_ckpt.log"
   }
 fi
-if [ "$MODE" = fwd128 ]; then
-  # The D = 128 forward on wgmma: the forward tests (all of them) with the default kernel (one E slot, two CTAs per
-  # SM) and with the two-E-slot instances (PATHATTN_FWD128=twoe: one CTA per SM), memcheck on the D = 128 cases,
-  # racecheck on a few small ones (all D = 128 cases take racecheck over 300 s) with each, then bench_fwd at D = 128
-  # with the mma.sync kernel, twoe and the default, in one run. FWD128_KERNELS picks the kernels tested (default
-  # "onee twoe"; onee is the default kernel's name, the variable takes no other: src/common/env.h).
-  for k in ${FWD128_KERNELS:-onee twoe}; do
+if [ "$MODE" = fwd128 ] || [ "$MODE" = fwdblock ]; then
+  # Forward variants, each an environment assignment: the forward tests (all of them) with each of FWD_VARIANTS,
+  # memcheck and racecheck on a few cases with each, then bench_fwd (stage times) with each of FWD_BENCH_VARIANTS in
+  # one run.
+  # fwd128: the D = 128 forward on wgmma, the default kernel (one E slot, two CTAs per SM) and the two-E-slot
+  #   instances (PATHATTN_FWD128=twoe: one CTA per SM); memcheck on the D = 128 cases, racecheck on a few small ones
+  #   (all D = 128 cases take racecheck over 300 s); bench_fwd --only 128 with the mma.sync kernel, twoe and the
+  #   default (onee is the default kernel's name, the variable takes no other: src/common/env.h).
+  # fwdblock: the two-level forward (PATHATTN_FWD_BLOCK, docs/math.md Eq. 51-53): first all gpu tests as in test
+  #   mode (among them test_cuda_forward with blocks of 1-3, ctest entries), then the forward tests with blocks of 4
+  #   and 8, the sanitizers on small cases of both D that have several blocks, then bench_fwd at both D (stage
+  #   times: the "blocks" stage is the block preprocess) without blocks and with 2, 4, 8 and 16.
+  if [ "$MODE" = fwd128 ]; then
+    test_variants=${FWD_VARIANTS:-PATHATTN_FWD128=onee PATHATTN_FWD128=twoe}
+    bench_variants=${FWD_BENCH_VARIANTS:-PATHATTN_FWD128=mma PATHATTN_FWD128=twoe PATHATTN_FWD128=onee}
+    mem_filter='*D128*' race_filter='*T65_H2_HQ2_D128*:*T65_H1_HQ4_D128*gate*:*T331_H2_HQ4_D128*varlen7*'
+    bench_args=(--only 128)
+  else
+    test_variants=${FWD_VARIANTS:-PATHATTN_FWD_BLOCK=4 PATHATTN_FWD_BLOCK=8}
+    bench_variants=${FWD_BENCH_VARIANTS:-PATHATTN_FWD_BLOCK=0 PATHATTN_FWD_BLOCK=2 PATHATTN_FWD_BLOCK=4 PATHATTN_FWD_BLOCK=8 PATHATTN_FWD_BLOCK=16}
+    mem_filter='*T1000*:*T331_H2_HQ4*varlen7*:*T200_H1_HQ4*gate*'
+    race_filter='*T331_H2_HQ4_D64*varlen7*:*T200_H1_HQ4_D128*gate*:*B1_T1000_H2_HQ2_D64*bf16'
+    bench_args=(--only 0 --iters 10)
+  fi
+  for v in $test_variants; do
     t0=$(date +%s)
-    PATHATTN_FWD128=$k timeout 400 build-gpu/tests/cuda/test_cuda_forward > "$OUT/tests_fwd128_$k.log" 2>&1
-    note "test_cuda_forward, PATHATTN_FWD128=$k: rc=$?, $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/tests_fwd128_$k.log" | tr '\n' ' ')($(( $(date +%s) - t0 )) s)"
-    grep -E '^\[  FAILED  \]' "$OUT/tests_fwd128_$k.log" | head -20 | tee -a "$SUMMARY"
+    env "$v" timeout 400 build-gpu/tests/cuda/test_cuda_forward > "$OUT/tests_fwd_$v.log" 2>&1
+    note "test_cuda_forward, $v: rc=$?, $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/tests_fwd_$v.log" | tr '\n' ' ')($(( $(date +%s) - t0 )) s)"
+    grep -E '^\[  FAILED  \]' "$OUT/tests_fwd_$v.log" | head -20 | tee -a "$SUMMARY"
     for tool in memcheck racecheck; do
-      filter='*D128*'; [ $tool = racecheck ] && filter='*T65_H2_HQ2_D128*:*T65_H1_HQ4_D128*gate*:*T331_H2_HQ4_D128*varlen7*'
+      filter=$mem_filter; [ $tool = racecheck ] && filter=$race_filter
       t0=$(date +%s)
-      PATHATTN_FWD128=$k timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/cuda/test_cuda_forward \
-        --gtest_filter="$filter" > "$OUT/sanitizer_fwd128_${k}_$tool.log" 2>&1
-      note "compute-sanitizer $tool (D 128, $k): rc=$?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_fwd128_${k}_$tool.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+      env "$v" timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/cuda/test_cuda_forward \
+        --gtest_filter="$filter" > "$OUT/sanitizer_fwd_${v}_$tool.log" 2>&1
+      note "compute-sanitizer $tool ($v): rc=$?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_fwd_${v}_$tool.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
     done
   done
-  for k in mma twoe onee; do
-    PATHATTN_FWD128=$k timeout 200 build-gpu/bench/cuda/bench_fwd --only 128 > "$OUT/bench_fwd128_$k.log" 2>&1
-    note "bench_fwd --only 128, PATHATTN_FWD128=$k: rc=$?"
-    grep -E '^#|^ +B|^ +[0-9]' "$OUT/bench_fwd128_$k.log" | tee -a "$SUMMARY"
+  for v in $bench_variants; do
+    env "$v" PATHATTN_CUDA_PROFILE=1 timeout 200 build-gpu/bench/cuda/bench_fwd "${bench_args[@]}" > "$OUT/bench_fwd_$v.log" 2>&1
+    note "bench_fwd ${bench_args[*]}, $v: rc=$?"
+    grep -E '^#|^ +B|^ +[0-9]' "$OUT/bench_fwd_$v.log" | tee -a "$SUMMARY"
+    python3 tools/bench_stages.py "$OUT/bench_fwd_$v.log" | tee -a "$SUMMARY"
   done
 fi
 if [ "$MODE" = workspace ]; then

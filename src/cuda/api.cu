@@ -18,6 +18,7 @@
 #include "cuda/cuda_api.h"
 #include "cuda/dispatch.h"
 #include "cuda/launch/decode_launch.h"  // decode_split_blocks_per_sm
+#include "cuda/launch/launch.h"         // fwd128_is
 #include "cuda/params.h"
 #include "cuda/plan.h"
 #include "cuda/value_check.h"
@@ -151,22 +152,49 @@ Support supports(const Problem& p, const Inputs& in, bool /*backward: same suppo
 
 namespace {
 
+// The two-level forward's block size in chunks (docs/math.md Eq. 51-53; FwdParams::fwd_block): env
+// PATHATTN_FWD_BLOCK, 0 (off, the default until it is measured on the GPU) or B >= 1. B = 1 takes the far path for
+// every earlier chunk (K' = K^, F = E: the per-chunk products, through the far path's code).
+int fwd_block_chunks() {
+  static const int block = static_cast<int>(env::integer("PATHATTN_FWD_BLOCK", 0, 0, 1 << 20));
+  return block;
+}
+
+// The forward's plan, with its block tables when the two-level forward is on.
+Plan forward_plan(const std::vector<Segment>& segs, int64_t H) {
+  Plan plan = make_plan(segs, static_cast<int>(H), false);
+  add_fwd_blocks(plan, fwd_block_chunks());
+  return plan;
+}
+
 // One forward call over all of p's heads (a slice of the caller's, see forward()).
 void forward_heads(const Problem& p, const Inputs& in, const ForwardOutputs& out, const std::vector<Segment>& segs,
                    cudaStream_t stream) {
   const bool want_kcache = out.kcache.defined();
-  const Plan plan = make_plan(segs, static_cast<int>(p.H), false);
+  const Plan plan = forward_plan(segs, p.H);
   const int NC = static_cast<int>(plan.chunks.size());
   if (NC == 0) return;
   check_32bit(p, NC, "forward");
 
   Workspace ws;
   const SharedBuffers shared = declare_shared(ws, p, plan, want_kcache, true);
+  const FwdBlockBuffers blocks = declare_fwd_blocks(ws, p, plan);
   ws.acquire(in, in.q.device_index, stream);
   FwdParams prm{};
   fill_shared(prm, ws, shared, p, in, plan, out.o, out.lse, stream);
   prm.kcache = want_kcache ? out.kcache.data : nullptr;
   if (want_kcache) prm.skc = strides_of(out.kcache);
+  if (plan.fwd_block > 0) {
+    std::vector<int> tables(plan.blk_of);
+    tables.insert(tables.end(), plan.blk_start.begin(), plan.blk_start.end());
+    ws.upload(blocks.tables, tables.data(), tables.size() * sizeof(int), stream);
+    prm.fwd_block = plan.fwd_block;
+    prm.num_blocks = static_cast<int>(plan.blk_start.size());
+    prm.blk_of = ws.ptr<const int>(blocks.tables);
+    prm.blk_start = prm.blk_of + NC;
+    prm.kfar = ws.ptr<void>(blocks.kfar);
+    prm.blockstep = ws.ptr<void>(blocks.blockstep);
+  }
   run_forward(prm, p.dtype, static_cast<int>(p.D), p.has_gate, want_kcache, stream);
 }
 
@@ -178,6 +206,9 @@ void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out) {
   const bool want_kcache = out.kcache.defined();
   if (want_kcache && out.kcache.strides[3] != 1) throw Error("pathattn: kcache (output) must have a contiguous last dimension");
   if (p.B == 0 || p.T == 0) return;
+  if (fwd_block_chunks() > 0 && p.D == 128 && fwd128_is("mma"))
+    throw Error("pathattn: cuda forward: PATHATTN_FWD_BLOCK (the two-level forward) needs the wgmma forward kernel; "
+                "PATHATTN_FWD128=mma has no two-level form: unset one of them");
   DeviceGuard guard(in.q.device_index);
   const cudaStream_t stream = static_cast<cudaStream_t>(in.cuda_stream);
   if (checks_values(in)) check_values(in, p, stream);
@@ -185,7 +216,10 @@ void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out) {
   // Within the scratch limit: groups of kv heads in turn (common/head_slices.h), each its own call.
   const auto bytes = [&](int64_t n) {
     Workspace ws;
-    declare_shared(ws, slice_problem(p, {0, n}), make_plan(segs, static_cast<int>(n), false), want_kcache, true);
+    const Problem sp = slice_problem(p, {0, n});
+    const Plan plan = forward_plan(segs, n);
+    declare_shared(ws, sp, plan, want_kcache, true);
+    declare_fwd_blocks(ws, sp, plan);
     return ws.total();
   };
   const std::size_t limit = workspace_limit(in);

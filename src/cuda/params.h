@@ -74,6 +74,16 @@ struct FwdParams {
   const SeqInfo* seqs;      // [num_seqs]
   const int* order;         // [NC] query chunks in the forward's schedule order (plan.cu)
   ChunkFactors ws;
+  // The two-level carry of the forward (docs/math.md section 8, Eq. 51-53; env PATHATTN_FWD_BLOCK): a sequence's
+  // chunks in blocks of fwd_block, the first block starting at its first chunk. A query meets the keys of its own
+  // block through K^ and a step E per chunk, as with fwd_block = 0 (off: the fields below are unused), and the keys of
+  // an earlier block through kfar, the keys carried to their block's end, with one step per block (blockstep).
+  int fwd_block;            // chunks per block, 0 = off
+  int num_blocks;           // blocks over all sequences
+  const int* blk_of;        // [NC] the global block index of each chunk (fwd_block > 0)
+  const int* blk_start;     // [num_blocks] each block's first chunk
+  void* kfar;               // [NC, H, C, D]  K'_c: K^_c carried to the end of its block (Eq. 52)
+  void* blockstep;          // [num_blocks, H, D, D]  F_b = Pi_b^T - I: the query's step across a whole block (Eq. 53)
 };
 
 // The backward (docs/math.md Eq. 19-23 on the GPU, docs/cuda.md "Backward"): the forward's view of the inputs

@@ -36,6 +36,19 @@ std::vector<Segment> sequences(const Problem& p, const Inputs& in, void* stream_
   return s;
 }
 
+void add_fwd_blocks(Plan& plan, int block) {
+  plan.fwd_block = block;
+  plan.blk_of.clear();
+  plan.blk_start.clear();
+  if (block <= 0) return;
+  plan.blk_of.resize(plan.chunks.size());
+  for (const SeqInfo& s : plan.seqs)
+    for (int i = 0; i < s.count; ++i) {
+      if (i % block == 0) plan.blk_start.push_back(s.first + i);
+      plan.blk_of[s.first + i] = static_cast<int>(plan.blk_start.size()) - 1;
+    }
+}
+
 Plan make_plan(const std::vector<Segment>& segs, int H, bool backward, int pair_group, int key_block) {
   Plan pl;
   for (const Segment& s : segs) {

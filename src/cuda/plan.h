@@ -23,6 +23,11 @@ struct Plan {
   // Backward main kernel: key-chunk tasks (chunk * H + h; with key blocks, the block's first chunk) in the order CTAs
   // take them.
   std::vector<int> bwd_tasks;     // [NC * H] (backward plans only)
+  // The two-level forward (add_fwd_blocks; FwdParams::fwd_block): each sequence's chunks in blocks of fwd_block, the
+  // first starting at its first chunk; the global block index of every chunk and every block's first chunk.
+  int fwd_block = 0;
+  std::vector<int> blk_of;        // [NC]
+  std::vector<int> blk_start;     // [num_blocks]
 };
 
 // cu_seqlens' N + 1 values copied to the host on `stream` (which it synchronises), contiguous.
@@ -34,6 +39,9 @@ std::vector<Segment> sequences(const Problem& p, const Inputs& in, void* stream)
 // key_block (backward): key chunks per main-kernel task, 1, or 2 for the two-chunk kernel (kernels/bwd_main_pair.cuh:
 // a task is then the block's first chunk, blocks start at the sequence's first chunk and every second one after).
 Plan make_plan(const std::vector<Segment>& segs, int H, bool backward, int pair_group = 1, int key_block = 1);
+// The forward's block tables for blocks of `block` chunks (0: off, the tables stay empty). Pinned by
+// tests/cuda/test_cuda_plan.cpp.
+void add_fwd_blocks(Plan& plan, int block);
 
 // The backward's pair_group for a longest sequence of `rows` tokens: about 16384 rows of pairs interleaved, at most 8
 // pairs. Measured on the H200 (docs/perf/notes.md, deterministic main kernel, H 32, D 64): at 32 x 4096, 1 / 2 / 4 / 8

@@ -26,6 +26,16 @@ SharedBuffers declare_shared(Workspace& ws, const Problem& p, const Plan& plan, 
   return b;
 }
 
+FwdBlockBuffers declare_fwd_blocks(Workspace& ws, const Problem& p, const Plan& plan) {
+  FwdBlockBuffers b{};
+  if (plan.fwd_block <= 0) return b;
+  const std::size_t NC = plan.chunks.size(), NB = plan.blk_start.size();
+  b.tables = ws.add("fwd block tables", (NC + NB) * sizeof(int));
+  b.kfar = ws.add("kfar", NC * p.H * kChunk * p.D * 2);
+  b.blockstep = ws.add("blockstep", NB * p.H * p.D * p.D * 2);
+  return b;
+}
+
 BwdBuffers declare_backward(Workspace& ws, const Problem& p, const Plan& plan, const BwdGrid& grid) {
   const int NC = static_cast<int>(plan.chunks.size());
   const int64_t D = p.D;

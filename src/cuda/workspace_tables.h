@@ -18,6 +18,13 @@ struct SharedBuffers {
 // with_m: the forward's main kernel reads the chunks' M (Eq. 12); the backward recomputes it in bwd_local.
 SharedBuffers declare_shared(Workspace& ws, const Problem& p, const Plan& plan, bool f32_copies, bool with_m);
 
+// The two-level forward's buffers (plan.fwd_block > 0; else every id is -1): the block tables (blk_of then
+// blk_start, one int array), K' like K^, and one D x D step per block and kv head.
+struct FwdBlockBuffers {
+  int tables = -1, kfar = -1, blockstep = -1;
+};
+FwdBlockBuffers declare_fwd_blocks(Workspace& ws, const Problem& p, const Plan& plan);
+
 // The backward's workspace table beyond the shared buffers (ids into the Workspace).
 struct BwdBuffers {
   SharedBuffers shared;

@@ -57,6 +57,33 @@ TEST(CudaPlan, DecodeSplitsFourWavesForManyPairs) {
 // chunk of every (sequence, head) is covered by exactly one task, a block starts at its sequence's first chunk or
 // an even number of chunks after it, and within a (sequence, head) the blocks come from the last to the first, so
 // that the deterministic turns (block c0 adds after the blocks above it) only wait for tasks taken earlier.
+TEST(CudaPlan, ForwardBlocksRestartAtEverySequence) {
+  // Chunks per sequence: 1, 1, 2, 5, 3 (the backward test's segments). Blocks of 2: [0] [1] [2 3] [4 5] [6 7] [8]
+  // [9 10] [11]; blocks of 1: every chunk its own; 0: no tables.
+  const std::vector<Segment> segs = {{0, 0, 1}, {0, 1, 64}, {0, 65, 65}, {0, 130, 300}, {0, 430, 192}};
+  Plan pl = make_plan(segs, 2, false);
+  ASSERT_EQ(pl.chunks.size(), 12u);
+  add_fwd_blocks(pl, 2);
+  EXPECT_EQ(pl.fwd_block, 2);
+  EXPECT_EQ(pl.blk_start, (std::vector<int>{0, 1, 2, 4, 6, 8, 9, 11}));
+  EXPECT_EQ(pl.blk_of, (std::vector<int>{0, 1, 2, 2, 3, 3, 4, 4, 5, 6, 6, 7}));
+  add_fwd_blocks(pl, 1);
+  EXPECT_EQ(pl.blk_start.size(), 12u);
+  for (int c = 0; c < 12; ++c) EXPECT_EQ(pl.blk_of[c], c);
+  add_fwd_blocks(pl, 0);
+  EXPECT_EQ(pl.fwd_block, 0);
+  EXPECT_TRUE(pl.blk_of.empty() && pl.blk_start.empty());
+  // Every chunk's block starts at its sequence's first chunk plus a multiple of the block size (the kernels'
+  // block_start arithmetic, fwd_wgmma.cuh and fwd_block_carry.cuh, agrees with the table).
+  for (int block : {1, 2, 3, 7}) {
+    add_fwd_blocks(pl, block);
+    for (int c = 0; c < 12; ++c) {
+      const ChunkInfo& ci = pl.chunks[c];
+      EXPECT_EQ(pl.blk_start[pl.blk_of[c]], ci.first + (c - ci.first) / block * block) << "chunk " << c << " block " << block;
+    }
+  }
+}
+
 TEST(CudaPlan, BackwardTasksCoverEveryChunkOnceInBlocks) {
   const std::vector<Segment> segs = {{0, 0, 1}, {0, 1, 64}, {0, 65, 65}, {0, 130, 300}, {0, 430, 192}};
   const int H = 3;

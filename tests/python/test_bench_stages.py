@@ -41,3 +41,19 @@ def test_slices_add_and_modes_split(tmp_path):
     assert "bwd fast prep=1.00 bwd_prep=0.50 bwd_main=6.00 bwd_local=8.00" in rows[0]
     assert "fwd prep=9.00 main=9.00" in rows[1]
     assert "bwd det prep=1.00 bwd_prep=1.00 bwd_main=20.00 bwd_local=1.00" in rows[1]
+
+
+def test_forward_block_stage_shows_only_when_it_ran(tmp_path):
+    """The two-level forward's "blocks" stage (PATHATTN_FWD_BLOCK) is printed between prep and main when its calls
+    have it, and not at all for a row whose calls do not."""
+    log = call("forward", 1, [("prep", 1.0), ("blocks", 0.5), ("main", 2.0)]) * 3
+    log.append("  32   4096  32   64     11.0")
+    log += call("forward", 1, [("prep", 1.0), ("main", 4.0)]) * 3
+    log.append("  32   4096  16  128     13.0")
+    path = tmp_path / "bench.log"
+    path.write_text("\n".join(log) + "\n")
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench_stages.py"), str(path)],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    rows = [line for line in out if line.startswith("B T H D")]
+    assert rows[0].endswith("| fwd prep=1.00 blocks=0.50 main=2.00"), rows[0]
+    assert rows[1].endswith("| fwd prep=1.00 main=4.00"), rows[1]

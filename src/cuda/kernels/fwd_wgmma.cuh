@@ -60,11 +60,18 @@ struct FwdWgSmem {
 };
 
 // tm_k, tm_e: the workspace's K^ and E as [rows, D] (tensor_maps.h, 64 x 64 boxes); tm_v: the input v as
-// [B, T, H, D] (64 x 64 boxes).
+// [B, T, H, D] (64 x 64 boxes); tm_kf, tm_f: the two-level forward's K' and block steps F (p.fwd_block > 0), as K^
+// and E.
+//
+// Two-level (p.fwd_block = B > 0; docs/math.md Eq. 51-53): the chunks of the query's own block are met as above;
+// a chunk c of an earlier block is "far": its logits are Q~ K'_c^T, with Q~ carried to the end of c's block, and
+// Q~ steps only after the block's first chunk, by F (Q~ <- Q~ + Q~ F^T = Q~ Pi). Nothing else changes: the stages,
+// barriers and the E slot carry K' for K^ and F for E.
 template <typename T, int D, bool kGate, bool kOneE = false>
 __global__ void __launch_bounds__(128, D == 64 ? 3 : (kOneE ? 2 : 1))
     fwd_wgmma_kernel(const FwdParams p, const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_e,
-                     const __grid_constant__ CUtensorMap tm_v) {
+                     const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_kf,
+                     const __grid_constant__ CUtensorMap tm_f) {
   using namespace fwd_detail;
   using L = FwdWgSmem<D, kOneE>;
   constexpr int C = kChunk, KH = L::KH;
@@ -93,29 +100,44 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : (kOneE ? 2 : 1))
   auto ws_tile = [&](const void* base, int chunk) {  // C x D workspace tile
     return static_cast<const T*>(base) + ((int64_t)chunk * p.H + h) * C * D;
   };
+  // The two-level forward: chunks before the query's block start `near0` are far (all are near when it is off).
+  const int Bk = p.fwd_block;
+  const int near0 = Bk > 0 ? first + (gc - first) / Bk * Bk : first;
+  auto block_start = [&](int c) { return Bk > 0 ? first + (c - first) / Bk * Bk : first; };
+  // Whether Q~ steps after chunk c (E_c near, F of c's block after a far block's first chunk), and the last chunk at
+  // or before c that steps (-1: none): the step tiles' order of use.
+  auto steps_after = [&](int c) { return c > first && (c >= near0 || c == block_start(c)); };
+  auto next_step = [&](int c) {
+    const int n = c >= near0 ? c : block_start(c);
+    return n > first ? n : -1;
+  };
   auto stage_tile = [&](int s, int i) { return tile(s * L::kStage + i); };
   constexpr int kEBar = 2;  // kOneE: the E slot's barrier
   // E tile i (= [n half y][k half x] at y * KH + x) of the chunk in stage s.
   auto e_tile = [&](int s, int i) { return kOneE ? tile(L::kESlot + i) : stage_tile(s, L::kE + i); };
-  // E of an earlier chunk into stage s's E tiles (kOneE: the E slot), completing on barrier `b`; thread 0 only.
-  // Sub-tile (y, x) of a matrix: its rows 64 y.., columns 64 x...
+  // The step after an earlier chunk (E, or F of a far block) into stage s's E tiles (kOneE: the E slot), completing
+  // on barrier `b`; thread 0 only. Sub-tile (y, x) of a matrix: its rows 64 y.., columns 64 x...
   auto issue_e = [&](int s, int chunk, uint32_t b) {
-    const int erow = (chunk * p.H + h) * D;
+    const bool far = chunk < near0;
+    const int erow = ((far ? p.blk_of[chunk] : chunk) * p.H + h) * D;
 #pragma unroll
     for (int y = 0; y < KH; ++y)
 #pragma unroll
       for (int x = 0; x < KH; ++x)  // E tile [n half y][k half x]: E rows d = 64 y.., columns d' = 64 x..
-        tma_load_2d(smem_addr(e_tile(s, y * KH + x)), &tm_e, 64 * x, erow + 64 * y, b);
+        tma_load_2d(smem_addr(e_tile(s, y * KH + x)), far ? &tm_f : &tm_e, 64 * x, erow + 64 * y, b);
   };
-  // K^, V (and the gate row) of an earlier (full) chunk into stage s, and E with them unless kOneE; thread 0 only.
+  // K^ (K' if far), V (and the gate row) of an earlier (full) chunk into stage s, and its step with them unless
+  // kOneE (none if Q~ does not step after it); thread 0 only.
   auto issue_chunk = [&](int s, int chunk) {
     const ChunkInfo cc = p.chunks[chunk];
-    constexpr uint32_t kBytesTiles = L::kStage * L::kTile * 2;
-    mbar_arrive_expect_tx(bar(s), kBytesTiles + (kGate ? C * 4 : 0));
+    const bool with_e = !kOneE && steps_after(chunk);
+    const uint32_t bytes_tiles = (2 * KH + (with_e ? KH * KH : 0)) * L::kTile * 2;
+    mbar_arrive_expect_tx(bar(s), bytes_tiles + (kGate ? C * 4 : 0));
     const int krow = (chunk * p.H + h) * C;
+    const CUtensorMap* tmk = chunk < near0 ? &tm_kf : &tm_k;
 #pragma unroll
-    for (int x = 0; x < KH; ++x) tma_load_2d(smem_addr(stage_tile(s, L::kK + x)), &tm_k, 64 * x, krow, bar(s));
-    if constexpr (!kOneE) issue_e(s, chunk, bar(s));
+    for (int x = 0; x < KH; ++x) tma_load_2d(smem_addr(stage_tile(s, L::kK + x)), tmk, 64 * x, krow, bar(s));
+    if (with_e) issue_e(s, chunk, bar(s));
 #pragma unroll
     for (int x = 0; x < KH; ++x) tma_load_4d(smem_addr(stage_tile(s, L::kV + x)), &tm_v, 64 * x, cc.t0, h, cc.b, bar(s));
     if constexpr (kGate) bulk_load(smem_addr(sGk + s * C), p.ws.gl + ((int64_t)chunk * p.HQ + hq) * C, C * 4, bar(s));
@@ -176,9 +198,9 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : (kOneE ? 2 : 1))
   for (int c = gc - 1; c >= first; --c, st ^= 1) {
     __syncthreads();  // every warp is done with stage st ^ 1 (its wgmma waited; the diagonal's ldmatrix reads)
     if (threadIdx.x == 0) {
-      // kOneE: the diagonal's W and U are read, so the E slot takes the first earlier chunk's E (only a chunk
-      // after the sequence's first has a Q~ update to feed).
-      if (kOneE && c == gc - 1 && c > first) issue_e_slot(c);
+      // kOneE: the diagonal's W and U are read, so the E slot takes the first step's tile (only a chunk after the
+      // sequence's first has a Q~ update to feed).
+      if (kOneE && c == gc - 1 && next_step(c) >= 0) issue_e_slot(next_step(c));
       if (c > first) {
         fence_proxy_async_smem();  // those generic-proxy reads, ordered before the copy engine's writes
         issue_chunk(st ^ 1, c - 1);
@@ -199,7 +221,7 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : (kOneE ? 2 : 1))
 #pragma unroll
     for (int kk = 0; kk < KD; ++kk)  // S = Q~ K^_c^T: a k16 step is 32 bytes along the swizzled K^ rows
       wgmma_m64n64k16_rs<0>(s, qa[kk], desc(L::kK + kk / 4) + 2 * (kk % 4), kk > 0, Tag{});
-    if (c > first) {  // Q~ <- Q~ + Q~ E_c^T (Eq. 32): not needed after the sequence's first chunk
+    if (steps_after(c)) {  // Q~ <- Q~ + Q~ E_c^T (Eq. 32; F for a far block, Eq. 53): none after the first chunk
       if constexpr (kOneE) {  // E_c has its own barrier: S's products are already issued while it lands
         mbar_wait(bar(kEBar), (phase >> kEBar) & 1);
         phase ^= 1u << kEBar;
@@ -219,9 +241,11 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : (kOneE ? 2 : 1))
     wgmma_fence_operand(s);
     wgmma_fence_operand(qf);
     if constexpr (kOneE) {
-      if (c - 1 > first) {  // E_{c-1} into the slot once the whole warpgroup's update with E_c is done
+      // The next step's tile into the slot once the whole warpgroup's update with this one is done (E_{c-1}, or
+      // F of an earlier block).
+      if (steps_after(c) && next_step(c - 1) >= 0) {
         __syncthreads();
-        if (threadIdx.x == 0) issue_e_slot(c - 1);
+        if (threadIdx.x == 0) issue_e_slot(next_step(c - 1));
       }
     }
 

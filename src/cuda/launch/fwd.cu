@@ -13,6 +13,7 @@
 #include "common/env.h"
 #include "cuda/check.h"
 #include "cuda/kernels/fwd.cuh"
+#include "cuda/kernels/fwd_block_carry.cuh"
 #include "cuda/kernels/fwd_wgmma.cuh"
 #include "cuda/launch/launch.h"
 #include "cuda/tensor_maps.h"
@@ -25,18 +26,37 @@ bool fwd128_is(const char* name) {
   return chosen == name;
 }
 
+// The two-level forward's block preprocess (kernels/fwd_block_carry.cuh): K' and the block steps F, after the UT
+// preprocess and before the main kernel (dispatch.cu, p.fwd_block > 0).
+template <typename T, int D>
+void launch_fwd_block_carry(const FwdParams& p, cudaStream_t stream) {
+  const int64_t items = static_cast<int64_t>(p.num_chunks) + static_cast<int64_t>(p.num_blocks) * (D / 64);
+  constexpr int bytes = BlockCarrySmem<D>::kBytes;
+  auto kernel = fwd_block_carry_kernel<T, D>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  kernel<<<dim3(static_cast<unsigned>(items), static_cast<unsigned>(p.H)), 128, bytes, stream>>>(p);
+  CUDA_CHECK_LAUNCH("fwd_block_carry_kernel");
+}
+
 template <typename T, int D, bool kGate, bool kOneE = false>
 void launch_fwd_wgmma(const FwdParams& p, cudaStream_t stream) {
   const int64_t blocks = static_cast<int64_t>(p.num_chunks) * p.HQ;
-  // 64 x 64 boxes: K^ [NC H C, D], E [NC H D, D] (D = 64: E has C rows too), v [B, T, H, D].
+  // 64 x 64 boxes: K^ and K' [NC H C, D], E [NC H D, D] (D = 64: E has C rows too), F [NB H D, D], v [B, T, H, D].
   const int64_t krows = static_cast<int64_t>(p.num_chunks) * p.H * kChunk, erows = krows / kChunk * D;
   const CUtensorMap tm_k = tensor_map_2d(p.ws.khat, krows, D, D, 64, 64, "the K^ workspace");
   const CUtensorMap tm_e = tensor_map_2d(p.ws.step, erows, D, D, 64, 64, "the E workspace");
   const CUtensorMap tm_v = tensor_map_bthd(p.v, p.B, p.T, p.H, D, p.sv.b, p.sv.t, p.sv.h, 64, 64, "v");
+  // Without blocks the far maps repeat K^ and E (never read: every chunk is near).
+  const bool blocks_on = p.fwd_block > 0;
+  const CUtensorMap tm_kf = blocks_on ? tensor_map_2d(p.kfar, krows, D, D, 64, 64, "the K' workspace") : tm_k;
+  const CUtensorMap tm_f =
+      blocks_on ? tensor_map_2d(p.blockstep, static_cast<int64_t>(p.num_blocks) * p.H * D, D, D, 64, 64,
+                                "the block step workspace")
+                : tm_e;
   constexpr int wg_bytes = FwdWgSmem<D, kOneE>::kBytes;
   auto kernel = fwd_wgmma_kernel<T, D, kGate, kOneE>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, wg_bytes));
-  kernel<<<static_cast<unsigned>(blocks), 128, wg_bytes, stream>>>(p, tm_k, tm_e, tm_v);
+  kernel<<<static_cast<unsigned>(blocks), 128, wg_bytes, stream>>>(p, tm_k, tm_e, tm_v, tm_kf, tm_f);
   CUDA_CHECK_LAUNCH(kOneE ? "fwd_wgmma_kernel (one E slot)" : "fwd_wgmma_kernel");
 }
 
@@ -59,7 +79,8 @@ void launch_fwd(const FwdParams& p, cudaStream_t stream) {
 
 #define PATHATTN_FWD(T, D)                                                \
   template void launch_fwd<T, D, false>(const FwdParams&, cudaStream_t); \
-  template void launch_fwd<T, D, true>(const FwdParams&, cudaStream_t);
+  template void launch_fwd<T, D, true>(const FwdParams&, cudaStream_t);  \
+  template void launch_fwd_block_carry<T, D>(const FwdParams&, cudaStream_t);
 PATHATTN_FWD(__nv_bfloat16, 64)
 PATHATTN_FWD(__nv_bfloat16, 128)
 PATHATTN_FWD(__half, 64)

@@ -18,6 +18,10 @@ void launch_prep_tc(const FwdParams& p, cudaStream_t stream);
 template <typename T, int D, bool kGate>
 void launch_fwd(const FwdParams& p, cudaStream_t stream);
 template <typename T, int D>
+void launch_fwd_block_carry(const FwdParams& p, cudaStream_t stream);
+// Whether env PATHATTN_FWD128 names the D = 128 forward kernel `name` ("onee", the default; "twoe"; "mma").
+bool fwd128_is(const char* name);
+template <typename T, int D>
 void launch_kcache(const FwdParams& p, cudaStream_t stream);
 
 // The backward's persistent grids: CTAs resident at once (each owns a scratch slot).

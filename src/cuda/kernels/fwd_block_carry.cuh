@@ -1,0 +1,134 @@
+// The two-level forward's block preprocess (docs/math.md section 8, Eq. 52, 53; env PATHATTN_FWD_BLOCK): per kv head,
+// from the UT preprocess's K^ and E (prep_tc.cuh), for every block of fwd_block chunks
+//
+//   K'_c = K^_c P_{c+1}^T ... P_{e}^T    for each chunk c of the block (e: the block's last chunk)      (Eq. 52)
+//          X <- X + X E_j  for j = c+1 .. e  (P_j^T = I + E_j),  X = K^_c's C rows
+//   F_b  = Pi_b^T - I,  Pi_b = P_e ... P_s                                                             (Eq. 53)
+//          X <- X + X E_j^T for j = e .. s,  X = rows 64 r.. of I;  F's columns 64 r.. = X^T - I
+//
+// so that the main kernel (fwd_wgmma.cuh) meets the keys of an earlier block through K' with one step per block.
+// Only what a later block reads is formed: no K' for the chunks of a sequence's last block, no F for its first block
+// (a query leaves the sequence's first block with no step) or its last (no query lies after it).
+//
+// One CTA of 4 warps per (work item, kv head): grid.x = NC (K' items, chunk c) + num_blocks * KH (F items, block b
+// and row tile r); warp w owns rows 16 w.. of the item's 64-row X, kept in f32 registers (accumulator layout) and
+// rounded to the tensor-core dtype only as the A operand of each product, as the main kernels carry Q~ (docs/spec.md
+// §6). E_j streams through two shared-memory stages (cp.async), j + 1 loading while j computes. Products by
+// mma.sync through fwd_tiles.cuh's gemm_nn / gemm_nt on row-padded tiles (fwd.cuh's layout).
+#pragma once
+
+#include "cuda/kernels/fwd_tiles.cuh"
+
+namespace pathattn::cuda {
+
+template <int D>
+struct BlockCarrySmem {
+  static constexpr int LD = D + 8;                // rows padded by 16 bytes (fwd.cuh: conflict-free ldmatrix)
+  static constexpr int kStage = D * LD;           // one E (D x D) per stage
+  static constexpr int kBytes = 2 * kStage * 2;   // two stages of 16-bit elements
+};
+
+template <typename T, int D>
+__global__ void __launch_bounds__(128) fwd_block_carry_kernel(FwdParams p) {
+  using namespace fwd_detail;
+  using S = BlockCarrySmem<D>;
+  constexpr int C = kChunk, LD = S::LD, NT = D / 8, KD = D / 16, KH = D / 64;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sm = reinterpret_cast<T*>(smem_raw);
+  auto stage = [&](int s) { return sm + s * S::kStage; };
+
+  const int h = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const int r0 = warp * 16 + g;  // this thread's rows of X: r0, r0 + 8
+  const int Bk = p.fwd_block;
+  const T* wsE = static_cast<const T*>(p.ws.step);
+
+  // The item: which chunks' E it steps through, in which order, and whether as X E (keys) or X E^T (queries).
+  const bool keys = static_cast<int>(blockIdx.x) < p.num_chunks;
+  int j0, j1, dir, rt = 0, blk = 0;  // E_j for j = j0, j0 + dir, .., j1 (none if j0 is past j1)
+  if (keys) {
+    const int c = blockIdx.x;
+    const ChunkInfo ci = p.chunks[c];
+    const int s = ci.first + (c - ci.first) / Bk * Bk, e = min(s + Bk - 1, ci.last);
+    if (e == ci.last) return;  // the sequence's last block: its K' is never read
+    j0 = c + 1, j1 = e, dir = 1;
+  } else {
+    const int item = blockIdx.x - p.num_chunks;
+    blk = item / KH, rt = item % KH;
+    if (blk >= p.num_blocks) return;
+    const int s = p.blk_start[blk];
+    const ChunkInfo ci = p.chunks[s];
+    const int e = min(s + Bk - 1, ci.last);
+    if (s == ci.first || e == ci.last) return;  // the first block (never stepped over) or the last (nothing after)
+    j0 = e, j1 = s, dir = -1;
+  }
+  const int steps = (j1 - j0) * dir + 1;  // >= 0
+
+  // X: K^_c's rows (keys) or rows 64 rt.. of the identity (block step).
+  float x[NT][4];
+  if (keys) {
+    const T* kh = static_cast<const T*>(p.ws.khat) + ((int64_t)blockIdx.x * p.H + h) * C * D;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = r0 + (e / 2) * 8, col = nt * 8 + 2 * t4 + e % 2;
+        x[nt][e] = TypeTraits<T>::to_float(kh[row * D + col]);
+      }
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = 64 * rt + r0 + (e / 2) * 8, col = nt * 8 + 2 * t4 + e % 2;
+        x[nt][e] = row == col ? 1.f : 0.f;
+      }
+  }
+
+  auto issue = [&](int s, int j) {  // E_j (D rows) into stage s, as C-row tiles
+    const T* ej = wsE + ((int64_t)j * p.H + h) * D * D;
+#pragma unroll
+    for (int r = 0; r < D; r += C) load_tile<T, D, false>(stage(s) + r * LD, LD, ej + r * D, D, C);
+    cp_async_commit();
+  };
+  if (steps > 0) issue(0, j0);
+  for (int i = 0; i < steps; ++i) {
+    const int j = j0 + i * dir;
+    if (i + 1 < steps) {
+      issue((i + 1) & 1, j + dir);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // E_j in stage i & 1 is visible to every warp
+    uint32_t xa[KD][4];
+    to_a_frags<T, NT>(x, xa, 1.f);
+    if (keys)
+      gemm_nn<T, NT, KD, false>(x, xa, stage(i & 1), LD);  // X <- X + X E_j (Eq. 52)
+    else
+      gemm_nt<T, NT, KD, false>(x, xa, stage(i & 1), LD);  // X <- X + X E_j^T (Eq. 53)
+    __syncthreads();  // every warp is done with stage i & 1 before it is loaded again
+  }
+
+  if (keys) {  // K'_c, rows past the chunk's end stay zero (K^'s are)
+    T* kf = static_cast<T*>(p.kfar) + ((int64_t)blockIdx.x * p.H + h) * C * D;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = r0 + half * 8, col = nt * 8 + 2 * t4;
+        *reinterpret_cast<uint32_t*>(kf + row * D + col) = TypeTraits<T>::pack(x[nt][2 * half], x[nt][2 * half + 1]);
+      }
+  } else {  // F_b[d][d'] = Pi_b[d'][d] - [d == d'] for this tile's rows d' of Pi_b
+    T* f = static_cast<T*>(p.blockstep) + ((int64_t)blk * p.H + h) * D * D;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = 64 * rt + r0 + (e / 2) * 8, col = nt * 8 + 2 * t4 + e % 2;
+        f[col * D + row] = TypeTraits<T>::from_float(x[nt][e] - (row == col ? 1.f : 0.f));
+      }
+  }
+}
+
+}  // namespace pathattn::cuda
