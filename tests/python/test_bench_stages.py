@@ -15,6 +15,15 @@ def call(kind, slices, stages):
     return lines
 
 
+def table_rows(tmp_path, log):
+    """bench_stages.py's per-row lines for the log lines `log`."""
+    path = tmp_path / "bench.log"
+    path.write_text("\n".join(log) + "\n")
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench_stages.py"), str(path)],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    return [line for line in out if line.startswith("B T H D")]
+
+
 def test_slices_add_and_modes_split(tmp_path):
     log = []
     log += call("forward", 1, [("prep", 1.0), ("main", 2.0)]) * 3
@@ -28,11 +37,7 @@ def test_slices_add_and_modes_split(tmp_path):
     log += call("forward", 1, [("prep", 9.0), ("main", 9.0)])
     log += call("backward", 1, [("prep", 1.0), ("bwd_prep", 1.0), ("bwd_main", 20.0), ("bwd_local", 1.0)]) * 2
     log.append("   8  16384  32   64     32.0   1   2   3   337.4   235.4   1.05")
-    path = tmp_path / "bench.log"
-    path.write_text("\n".join(log) + "\n")
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench_stages.py"), str(path)],
-                         capture_output=True, text=True, check=True).stdout.splitlines()
-    rows = [line for line in out if line.startswith("B T H D")]
+    rows = table_rows(tmp_path, log)
     assert len(rows) == 2
     assert rows[0].startswith("B T H D = 32 4096 32 64 |")
     assert "fwd prep=1.00 main=2.00" in rows[0]
@@ -50,10 +55,6 @@ def test_forward_block_stage_shows_only_when_it_ran(tmp_path):
     log.append("  32   4096  32   64     11.0")
     log += call("forward", 1, [("prep", 1.0), ("main", 4.0)]) * 3
     log.append("  32   4096  16  128     13.0")
-    path = tmp_path / "bench.log"
-    path.write_text("\n".join(log) + "\n")
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bench_stages.py"), str(path)],
-                         capture_output=True, text=True, check=True).stdout.splitlines()
-    rows = [line for line in out if line.startswith("B T H D")]
+    rows = table_rows(tmp_path, log)
     assert rows[0].endswith("| fwd prep=1.00 blocks=0.50 main=2.00"), rows[0]
     assert rows[1].endswith("| fwd prep=1.00 main=4.00"), rows[1]
