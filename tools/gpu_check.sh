@@ -439,7 +439,7 @@ if [ "$MODE" = fwd128 ] || [ "$MODE" = fwdblock ]; then
   # fwdblock: the two-level forward (PATHATTN_FWD_BLOCK, docs/math.md Eq. 51-53): first all gpu tests as in test
   #   mode (among them test_cuda_forward with blocks of 1-3, ctest entries), then the forward tests with blocks of 4
   #   and 8, the sanitizers on small cases of both D that have several blocks, then bench_fwd at both D (stage
-  #   times: the "blocks" stage is the block preprocess) without blocks and with 2, 4, 8 and 16.
+  #   times: the "blocks" stage is the block preprocess) without blocks, with 2, 4, 8 and 16, and by count (-1).
   if [ "$MODE" = fwd128 ]; then
     test_variants=${FWD_VARIANTS:-PATHATTN_FWD128=onee PATHATTN_FWD128=twoe}
     bench_variants=${FWD_BENCH_VARIANTS:-PATHATTN_FWD128=mma PATHATTN_FWD128=twoe PATHATTN_FWD128=onee}
@@ -447,7 +447,7 @@ if [ "$MODE" = fwd128 ] || [ "$MODE" = fwdblock ]; then
     bench_args=(--only 128)
   else
     test_variants=${FWD_VARIANTS:-PATHATTN_FWD_BLOCK=4 PATHATTN_FWD_BLOCK=8}
-    bench_variants=${FWD_BENCH_VARIANTS:-PATHATTN_FWD_BLOCK=0 PATHATTN_FWD_BLOCK=2 PATHATTN_FWD_BLOCK=4 PATHATTN_FWD_BLOCK=8 PATHATTN_FWD_BLOCK=16}
+    bench_variants=${FWD_BENCH_VARIANTS:-PATHATTN_FWD_BLOCK=0 PATHATTN_FWD_BLOCK=2 PATHATTN_FWD_BLOCK=4 PATHATTN_FWD_BLOCK=8 PATHATTN_FWD_BLOCK=16 PATHATTN_FWD_BLOCK=-1}
     mem_filter='*T1000*:*T331_H2_HQ4*varlen7*:*T200_H1_HQ4*gate*'
     race_filter='*T331_H2_HQ4_D64*varlen7*:*T200_H1_HQ4_D128*gate*:*B1_T1000_H2_HQ2_D64*bf16'
     bench_args=(--only 0 --iters 10)

@@ -152,18 +152,21 @@ Support supports(const Problem& p, const Inputs& in, bool /*backward: same suppo
 
 namespace {
 
-// The two-level forward's block size in chunks (docs/math.md Eq. 51-53; FwdParams::fwd_block): env
-// PATHATTN_FWD_BLOCK, 0 (off, the default until it is measured on the GPU) or B >= 1. B = 1 takes the far path for
-// every earlier chunk (K' = K^, F = E: the per-chunk products, through the far path's code).
-int fwd_block_chunks() {
-  static const int block = static_cast<int>(env::integer("PATHATTN_FWD_BLOCK", 0, 0, 1 << 20));
+// The two-level forward's block size setting (docs/math.md Eq. 51-53; FwdParams::fwd_block): env PATHATTN_FWD_BLOCK,
+// 0 (off, the default until it is measured on the GPU), B >= 1, or -1: by count for the call's longest sequence
+// (fwd_block_by_count). B = 1 takes the far path for every earlier chunk (K' = K^, F = E: the per-chunk products,
+// through the far path's code).
+int fwd_block_setting() {
+  static const int block = static_cast<int>(env::integer("PATHATTN_FWD_BLOCK", 0, -1, 1 << 20));
   return block;
 }
 
 // The forward's plan, with its block tables when the two-level forward is on.
-Plan forward_plan(const std::vector<Segment>& segs, int64_t H) {
+Plan forward_plan(const std::vector<Segment>& segs, int64_t H, int64_t group, int64_t D) {
   Plan plan = make_plan(segs, static_cast<int>(H), false);
-  add_fwd_blocks(plan, fwd_block_chunks());
+  const int setting = fwd_block_setting();
+  add_fwd_blocks(plan, setting >= 0 ? setting
+                                    : fwd_block_by_count(plan.max_chunks, static_cast<int>(group), static_cast<int>(D)));
   return plan;
 }
 
@@ -171,7 +174,7 @@ Plan forward_plan(const std::vector<Segment>& segs, int64_t H) {
 void forward_heads(const Problem& p, const Inputs& in, const ForwardOutputs& out, const std::vector<Segment>& segs,
                    cudaStream_t stream) {
   const bool want_kcache = out.kcache.defined();
-  const Plan plan = forward_plan(segs, p.H);
+  const Plan plan = forward_plan(segs, p.H, p.group, p.D);
   const int NC = static_cast<int>(plan.chunks.size());
   if (NC == 0) return;
   check_32bit(p, NC, "forward");
@@ -206,7 +209,7 @@ void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out) {
   const bool want_kcache = out.kcache.defined();
   if (want_kcache && out.kcache.strides[3] != 1) throw Error("pathattn: kcache (output) must have a contiguous last dimension");
   if (p.B == 0 || p.T == 0) return;
-  if (fwd_block_chunks() > 0 && p.D == 128 && fwd128_is("mma"))
+  if (fwd_block_setting() != 0 && p.D == 128 && fwd128_is("mma"))
     throw Error("pathattn: cuda forward: PATHATTN_FWD_BLOCK (the two-level forward) needs the wgmma forward kernel; "
                 "PATHATTN_FWD128=mma has no two-level form: unset one of them");
   DeviceGuard guard(in.q.device_index);
@@ -217,7 +220,7 @@ void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out) {
   const auto bytes = [&](int64_t n) {
     Workspace ws;
     const Problem sp = slice_problem(p, {0, n});
-    const Plan plan = forward_plan(segs, n);
+    const Plan plan = forward_plan(segs, n, p.group, p.D);
     declare_shared(ws, sp, plan, want_kcache, true);
     declare_fwd_blocks(ws, sp, plan);
     return ws.total();
