@@ -17,6 +17,7 @@
 // mma.sync through fwd_tiles.cuh's gemm_nn / gemm_nt on row-padded tiles (fwd.cuh's layout).
 #pragma once
 
+#include "cuda/fwd_blocks.h"
 #include "cuda/kernels/fwd_tiles.cuh"
 
 namespace pathattn::cuda {
@@ -43,26 +44,25 @@ __global__ void __launch_bounds__(128) fwd_block_carry_kernel(FwdParams p) {
   const int Bk = p.fwd_block;
   const T* wsE = static_cast<const T*>(p.ws.step);
 
-  // The item: which chunks' E it steps through, in which order, and whether as X E (keys) or X E^T (queries).
+  // The item (cuda/fwd_blocks.h): which chunks' E it steps through, in which order, and whether as X E (keys) or
+  // X E^T (a block step); none that nothing reads.
   const bool keys = static_cast<int>(blockIdx.x) < p.num_chunks;
-  int j0, j1, dir, rt = 0, blk = 0;  // E_j for j = j0, j0 + dir, .., j1 (none if j0 is past j1)
+  int rt = 0, blk = 0;
+  BlockCarryItem it;
   if (keys) {
     const int c = blockIdx.x;
     const ChunkInfo ci = p.chunks[c];
-    const int s = ci.first + (c - ci.first) / Bk * Bk, e = min(s + Bk - 1, ci.last);
-    if (e == ci.last) return;  // the sequence's last block: its K' is never read
-    j0 = c + 1, j1 = e, dir = 1;
+    it = key_carry_item(c, ci.first, ci.last, Bk);
   } else {
     const int item = blockIdx.x - p.num_chunks;
     blk = item / KH, rt = item % KH;
     if (blk >= p.num_blocks) return;
     const int s = p.blk_start[blk];
     const ChunkInfo ci = p.chunks[s];
-    const int e = min(s + Bk - 1, ci.last);
-    if (s == ci.first || e == ci.last) return;  // the first block (never stepped over) or the last (nothing after)
-    j0 = e, j1 = s, dir = -1;
+    it = block_step_item(s, ci.first, ci.last, Bk);
   }
-  const int steps = (j1 - j0) * dir + 1;  // >= 0
+  if (it.skip) return;
+  const int j0 = it.j0, dir = it.dir, steps = it.steps();  // E_j for j = j0, j0 + dir, .. (steps >= 0)
 
   // X: K^_c's rows (keys) or rows 64 rt.. of the identity (block step).
   float x[NT][4];

@@ -29,6 +29,7 @@
 // it streams in during c's softmax and P V and during c - 1's S; K^ and V keep their two stages.
 #pragma once
 
+#include "cuda/fwd_blocks.h"
 #include "cuda/kernels/fwd_tiles.cuh"
 #include "cuda/kernels/tma.cuh"
 #include "cuda/kernels/wgmma.cuh"
@@ -100,17 +101,9 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : (kOneE ? 2 : 1))
   auto ws_tile = [&](const void* base, int chunk) {  // C x D workspace tile
     return static_cast<const T*>(base) + ((int64_t)chunk * p.H + h) * C * D;
   };
-  // The two-level forward: chunks before the query's block start `near0` are far (all are near when it is off).
-  const int Bk = p.fwd_block;
-  const int near0 = Bk > 0 ? first + (gc - first) / Bk * Bk : first;
-  auto block_start = [&](int c) { return Bk > 0 ? first + (c - first) / Bk * Bk : first; };
-  // Whether Q~ steps after chunk c (E_c near, F of c's block after a far block's first chunk), and the last chunk at
-  // or before c that steps (-1: none): the step tiles' order of use.
-  auto steps_after = [&](int c) { return c > first && (c >= near0 || c == block_start(c)); };
-  auto next_step = [&](int c) {
-    const int n = c >= near0 ? c : block_start(c);
-    return n > first ? n : -1;
-  };
+  // The two-level forward's schedule (cuda/fwd_blocks.h): far chunks, and where the query steps (all chunks near,
+  // a step after each but the first, when it is off).
+  const FwdBlockView bv = FwdBlockView::of(first, gc, p.fwd_block);
   auto stage_tile = [&](int s, int i) { return tile(s * L::kStage + i); };
   constexpr int kEBar = 2;  // kOneE: the E slot's barrier
   // E tile i (= [n half y][k half x] at y * KH + x) of the chunk in stage s.
@@ -118,7 +111,7 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : (kOneE ? 2 : 1))
   // The step after an earlier chunk (E, or F of a far block) into stage s's E tiles (kOneE: the E slot), completing
   // on barrier `b`; thread 0 only. Sub-tile (y, x) of a matrix: its rows 64 y.., columns 64 x...
   auto issue_e = [&](int s, int chunk, uint32_t b) {
-    const bool far = chunk < near0;
+    const bool far = bv.far(chunk);
     const int erow = ((far ? p.blk_of[chunk] : chunk) * p.H + h) * D;
 #pragma unroll
     for (int y = 0; y < KH; ++y)
@@ -130,11 +123,11 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : (kOneE ? 2 : 1))
   // kOneE (none if Q~ does not step after it); thread 0 only.
   auto issue_chunk = [&](int s, int chunk) {
     const ChunkInfo cc = p.chunks[chunk];
-    const bool with_e = !kOneE && steps_after(chunk);
+    const bool with_e = !kOneE && bv.steps_after(chunk);
     const uint32_t bytes_tiles = (2 * KH + (with_e ? KH * KH : 0)) * L::kTile * 2;
     mbar_arrive_expect_tx(bar(s), bytes_tiles + (kGate ? C * 4 : 0));
     const int krow = (chunk * p.H + h) * C;
-    const CUtensorMap* tmk = chunk < near0 ? &tm_kf : &tm_k;
+    const CUtensorMap* tmk = bv.far(chunk) ? &tm_kf : &tm_k;
 #pragma unroll
     for (int x = 0; x < KH; ++x) tma_load_2d(smem_addr(stage_tile(s, L::kK + x)), tmk, 64 * x, krow, bar(s));
     if (with_e) issue_e(s, chunk, bar(s));
@@ -200,7 +193,7 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : (kOneE ? 2 : 1))
     if (threadIdx.x == 0) {
       // kOneE: the diagonal's W and U are read, so the E slot takes the first step's tile (only a chunk after the
       // sequence's first has a Q~ update to feed).
-      if (kOneE && c == gc - 1 && next_step(c) >= 0) issue_e_slot(next_step(c));
+      if (kOneE && c == gc - 1 && bv.next_step(c) >= 0) issue_e_slot(bv.next_step(c));
       if (c > first) {
         fence_proxy_async_smem();  // those generic-proxy reads, ordered before the copy engine's writes
         issue_chunk(st ^ 1, c - 1);
@@ -221,7 +214,7 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : (kOneE ? 2 : 1))
 #pragma unroll
     for (int kk = 0; kk < KD; ++kk)  // S = Q~ K^_c^T: a k16 step is 32 bytes along the swizzled K^ rows
       wgmma_m64n64k16_rs<0>(s, qa[kk], desc(L::kK + kk / 4) + 2 * (kk % 4), kk > 0, Tag{});
-    if (steps_after(c)) {  // Q~ <- Q~ + Q~ E_c^T (Eq. 32; F for a far block, Eq. 53): none after the first chunk
+    if (bv.steps_after(c)) {  // Q~ <- Q~ + Q~ E_c^T (Eq. 32; F for a far block, Eq. 53): none after the first chunk
       if constexpr (kOneE) {  // E_c has its own barrier: S's products are already issued while it lands
         mbar_wait(bar(kEBar), (phase >> kEBar) & 1);
         phase ^= 1u << kEBar;
@@ -243,9 +236,9 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : (kOneE ? 2 : 1))
     if constexpr (kOneE) {
       // The next step's tile into the slot once the whole warpgroup's update with this one is done (E_{c-1}, or
       // F of an earlier block).
-      if (steps_after(c) && next_step(c - 1) >= 0) {
+      if (bv.steps_after(c) && bv.next_step(c - 1) >= 0) {
         __syncthreads();
-        if (threadIdx.x == 0) issue_e_slot(next_step(c - 1));
+        if (threadIdx.x == 0) issue_e_slot(bv.next_step(c - 1));
       }
     }
 

@@ -1,0 +1,57 @@
+// The two-level forward's schedule (docs/math.md Eq. 51-53): which chunks a query meets through K' and where its
+// query steps by E or by a block's F (fwd_wgmma.cuh), and which E each item of the block preprocess steps through
+// (fwd_block_carry.cuh). Host and device: the kernels run it, tests/cuda/test_cuda_fwd_blocks.cpp checks it on the
+// host against the per-chunk forward (every query's logits, in f64).
+#pragma once
+
+#ifdef __CUDACC__
+#define PATHATTN_HD __host__ __device__ __forceinline__
+#else
+#define PATHATTN_HD inline
+#endif
+
+namespace pathattn::cuda {
+
+// One query chunk's view of its sequence (global chunk indices; first: the sequence's first chunk; block = B chunks
+// per block, 0 = off: every chunk near).
+struct FwdBlockView {
+  int first, near0, block;
+  PATHATTN_HD static FwdBlockView of(int first, int query_chunk, int block) {
+    return {first, block > 0 ? first + (query_chunk - first) / block * block : first, block};
+  }
+  // The first chunk of c's block (the sequence's first chunk when blocks are off).
+  PATHATTN_HD int block_start(int c) const { return block > 0 ? first + (c - first) / block * block : first; }
+  // c lies in an earlier block than the query: met through K'_c (Eq. 51).
+  PATHATTN_HD bool far(int c) const { return c < near0; }
+  // Whether the query steps after key chunk c: by E_c for a chunk of its own block (Eq. 32), by F of c's block
+  // after a far block's first chunk (Eq. 53); never after the sequence's first chunk.
+  PATHATTN_HD bool steps_after(int c) const { return c > first && (!far(c) || c == block_start(c)); }
+  // The last chunk at or before c after which the query steps, -1 if none: the order the step tiles are used in.
+  PATHATTN_HD int next_step(int c) const {
+    const int n = far(c) ? block_start(c) : c;
+    return n > first ? n : -1;
+  }
+};
+
+// One item of the block preprocess: X steps through E_j for j = j0, j0 + dir, .., j1 (`steps` of them).
+struct BlockCarryItem {
+  bool skip;  // nothing reads the item's result
+  int j0, j1, dir;
+  PATHATTN_HD int steps() const { return skip ? 0 : (j1 - j0) * dir + 1; }
+};
+
+// K'_c (Eq. 52): K^_c's rows through X <- X + X E_j for j = c + 1 .. e (the block's last chunk). Skipped in a
+// sequence's last block (no query lies in a later one). first, last: c's sequence's chunks.
+PATHATTN_HD BlockCarryItem key_carry_item(int c, int first, int last, int block) {
+  const int s = first + (c - first) / block * block, e = s + block - 1 < last ? s + block - 1 : last;
+  return {e == last, c + 1, e, 1};
+}
+
+// F of the block that starts at chunk s (Eq. 53): rows of I through X <- X + X E_j^T for j = e .. s, then
+// F = X^T - I. Skipped for a sequence's first block (a query leaves it with no step) and its last.
+PATHATTN_HD BlockCarryItem block_step_item(int s, int first, int last, int block) {
+  const int e = s + block - 1 < last ? s + block - 1 : last;
+  return {s == first || e == last, e, s, -1};
+}
+
+}  // namespace pathattn::cuda

@@ -1,0 +1,166 @@
+// The two-level forward's schedule (src/cuda/fwd_blocks.h, which fwd_wgmma.cuh and fwd_block_carry.cuh run) against
+// the per-chunk forward, on the host in f64 (label cpu): the logits of every (query chunk, key chunk) pair of one
+// sequence, from the CPU core's chunk factors (src/cpu/chunk.h), with the block preprocess's items and the main
+// kernel's near / far / step decisions taken from the header and the products done here as the kernels do them
+// (X <- X + X E_j for K', X <- X + X E_j^T then F = X^T - I for a block step, Q~ <- Q~ + Q~ F^T). What nothing may
+// read is NaN, so a read of a skipped item fails. Also: the one-E-slot kernel's order of step tiles (each tile it
+// waits for is the one it issued last).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "cpu/chunk.h"
+#include "cuda/fwd_blocks.h"
+
+namespace pathattn::cuda {
+namespace {
+
+constexpr int C = static_cast<int>(cpu::kChunk);
+using Mat = std::vector<double>;  // row-major
+
+// X [rows, D] <- X + X A (transpose: X + X A^T), A [D, D].
+void step(Mat& x, const Mat& a, int D, bool transpose) {
+  const int rows = static_cast<int>(x.size()) / D;
+  Mat y = x;
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < D; ++j) {
+      double acc = 0;
+      for (int k = 0; k < D; ++k) acc += x[r * D + k] * (transpose ? a[j * D + k] : a[k * D + j]);
+      y[r * D + j] += acc;
+    }
+  x = y;
+}
+
+// S [rows, C] = Q K^T.
+Mat logits(const Mat& q, const Mat& k, int D) {
+  const int rows = static_cast<int>(q.size()) / D, cols = static_cast<int>(k.size()) / D;
+  Mat s(rows * cols, 0.0);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c)
+      for (int d = 0; d < D; ++d) s[r * cols + c] += q[r * D + d] * k[c * D + d];
+  return s;
+}
+
+struct Sequence {
+  int first, last, D;
+  std::vector<Mat> khat, qhat, e;  // per chunk: K^ [C, D], Q^ [C, D], E = -U^T W [D, D]
+};
+
+// A sequence of `chunks` chunks (the last one `tail` rows short) with global chunk indices first.., from random
+// w (unit rows), k, q and beta in (0, 2) through the CPU core's chunk factors.
+Sequence make_sequence(int first, int chunks, int tail, int D, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  std::uniform_real_distribution<float> ud(0.05f, 1.95f);
+  Sequence s{first, first + chunks - 1, D, {}, {}, {}};
+  for (int j = 0; j < chunks; ++j) {
+    const int n = j + 1 == chunks ? C - tail : C;
+    std::vector<float> w(n * D), k(n * D), q(n * D), beta(n);
+    for (int r = 0; r < n; ++r) {
+      double norm = 0;
+      for (int d = 0; d < D; ++d) norm += std::pow(w[r * D + d] = nd(rng), 2);
+      for (int d = 0; d < D; ++d) w[r * D + d] /= static_cast<float>(std::sqrt(norm));
+      for (int d = 0; d < D; ++d) k[r * D + d] = nd(rng), q[r * D + d] = nd(rng);
+      beta[r] = ud(rng);
+    }
+    std::vector<float> T(n * n), U(n * D), Kcorr(n * n), Khat(n * D), QWl(n * n), Qhat(n * D), S(n * n);
+    const cpu::ChunkFactors f{n, D, w.data(), k.data(), beta.data(), T.data(), U.data(), Kcorr.data(), Khat.data()};
+    cpu::chunk_key_side(f);
+    cpu::chunk_query_side(f, q.data(), QWl.data(), Qhat.data(), S.data());
+    Mat e(D * D, 0.0), kh(C * D, 0.0), qh(C * D, 0.0);  // rows past a short chunk's end are zero, as on the GPU
+    for (int a = 0; a < D; ++a)
+      for (int b = 0; b < D; ++b)
+        for (int r = 0; r < n; ++r) e[a * D + b] -= double(U[r * D + a]) * w[r * D + b];
+    for (int i = 0; i < n * D; ++i) kh[i] = Khat[i], qh[i] = Qhat[i];
+    s.khat.push_back(kh);
+    s.qhat.push_back(qh);
+    s.e.push_back(e);
+  }
+  return s;
+}
+
+// Per query chunk m, the logits against every earlier key chunk: per chunk (block = 0) or two-level.
+std::vector<Mat> pair_logits(const Sequence& s, int m, int block) {
+  const int D = s.D, last = s.last;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const auto at = [&](int c) { return c - s.first; };
+  // The block preprocess: K' per chunk, F per block start (NaN where the item is skipped: never to be read).
+  std::vector<Mat> kfar(s.khat.size(), Mat(C * D, nan)), fstep(s.khat.size(), Mat(D * D, nan));
+  if (block > 0)
+    for (int c = s.first; c <= last; ++c) {
+      const BlockCarryItem ki = key_carry_item(c, s.first, last, block);
+      if (!ki.skip) {
+        Mat x = s.khat[at(c)];
+        for (int i = 0, j = ki.j0; i < ki.steps(); ++i, j += ki.dir) step(x, s.e[at(j)], D, false);
+        kfar[at(c)] = x;
+      }
+      if ((c - s.first) % block == 0) {  // a block start (the kernel takes them from the plan's blk_start)
+        const BlockCarryItem fi = block_step_item(c, s.first, last, block);
+        if (!fi.skip) {
+          Mat x(D * D, 0.0);
+          for (int d = 0; d < D; ++d) x[d * D + d] = 1;
+          for (int i = 0, j = fi.j0; i < fi.steps(); ++i, j += fi.dir) step(x, s.e[at(j)], D, true);
+          Mat f(D * D);
+          for (int a = 0; a < D; ++a)
+            for (int b = 0; b < D; ++b) f[a * D + b] = x[b * D + a] - (a == b ? 1 : 0);
+          fstep[at(c)] = f;
+        }
+      }
+    }
+  // The main kernel's loop over key chunks, with its one-E-slot kernel's tile order.
+  const FwdBlockView bv = FwdBlockView::of(s.first, m, block);
+  std::vector<Mat> out;
+  Mat q = s.qhat[at(m)];
+  int slot = m - 1 >= s.first ? bv.next_step(m - 1) : -1;  // issued at the loop's start
+  for (int c = m - 1; c >= s.first; --c) {
+    out.push_back(logits(q, bv.far(c) ? kfar[at(c)] : s.khat[at(c)], D));
+    if (bv.steps_after(c)) {
+      EXPECT_EQ(slot, c) << "the E slot holds another chunk's step: m " << m << " c " << c << " block " << block;
+      step(q, bv.far(c) ? fstep[at(bv.block_start(c))] : s.e[at(c)], D, true);
+      slot = bv.next_step(c - 1);
+    }
+  }
+  EXPECT_EQ(slot, -1) << "a step tile issued and never used: m " << m << " block " << block;
+  return out;
+}
+
+TEST(CudaFwdBlocks, TwoLevelLogitsEqualPerChunk) {
+  const int D = 8;
+  // 11 chunks, the last 20 rows short; the sequence's chunks start at global index 5 (varlen's offsets).
+  const Sequence s = make_sequence(5, 11, 20, D, 7);
+  for (int block : {1, 2, 3, 4, 5, 10, 11, 16})
+    for (int m = s.first; m <= s.last; ++m) {
+      const std::vector<Mat> want = pair_logits(s, m, 0), got = pair_logits(s, m, block);
+      ASSERT_EQ(got.size(), want.size());
+      for (std::size_t i = 0; i < want.size(); ++i)
+        for (std::size_t r = 0; r < want[i].size(); ++r)
+          ASSERT_NEAR(got[i][r], want[i][r], 1e-9 * (1 + std::abs(want[i][r])))
+              << "block " << block << " query chunk " << m << " key chunk " << m - 1 - int(i) << " element " << r;
+    }
+}
+
+TEST(CudaFwdBlocks, SkippedItemsAreTheOnesNothingReads) {
+  // 7 chunks from global index 3, blocks of 3: [3 4 5] [6 7 8] [9]. K' only outside the last block; F only for the
+  // middle block (the first is never stepped over, the last has nothing after it).
+  for (int c = 3; c <= 9; ++c) EXPECT_EQ(key_carry_item(c, 3, 9, 3).skip, c == 9) << c;
+  EXPECT_EQ(key_carry_item(4, 3, 9, 3).steps(), 1);  // E_5
+  EXPECT_EQ(key_carry_item(5, 3, 9, 3).steps(), 0);  // its block's last chunk: K' = K^
+  EXPECT_TRUE(block_step_item(3, 3, 9, 3).skip);
+  EXPECT_FALSE(block_step_item(6, 3, 9, 3).skip);
+  EXPECT_EQ(block_step_item(6, 3, 9, 3).steps(), 3);  // E_8, E_7, E_6
+  EXPECT_EQ(block_step_item(6, 3, 9, 3).j0, 8);
+  EXPECT_TRUE(block_step_item(9, 3, 9, 3).skip);
+  // Off: every chunk near, a step after each but the sequence's first.
+  const FwdBlockView off = FwdBlockView::of(3, 9, 0);
+  for (int c = 3; c < 9; ++c) {
+    EXPECT_FALSE(off.far(c));
+    EXPECT_EQ(off.steps_after(c), c > 3);
+    EXPECT_EQ(off.next_step(c), c > 3 ? c : -1);
+  }
+}
+
+}  // namespace
+}  // namespace pathattn::cuda
