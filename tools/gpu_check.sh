@@ -429,7 +429,8 @@ if [ "$MODE" = decode ]; then
   }
 fi
 if [ "$MODE" = fwd128 ] || [ "$MODE" = fwdblock ]; then
-  # Forward variants, each an environment assignment: the forward tests (all of them) with each of FWD_VARIANTS,
+  # Forward variants, each one or more environment assignments (comma-separated): the forward tests (all of them)
+  # with each of FWD_VARIANTS,
   # memcheck and racecheck on a few cases with each, then bench_fwd (stage times) with each of FWD_BENCH_VARIANTS in
   # one run.
   # fwd128: the D = 128 forward on wgmma, the default kernel (one E slot, two CTAs per SM) and the two-E-slot
@@ -438,35 +439,36 @@ if [ "$MODE" = fwd128 ] || [ "$MODE" = fwdblock ]; then
   #   default (onee is the default kernel's name, the variable takes no other: src/common/env.h).
   # fwdblock: the two-level forward (PATHATTN_FWD_BLOCK, docs/math.md Eq. 51-53): first all gpu tests as in test
   #   mode (among them test_cuda_forward with blocks of 1-3, ctest entries), then the forward tests with blocks of 4
-  #   and 8, the sanitizers on small cases of both D that have several blocks, then bench_fwd at both D (stage
-  #   times: the "blocks" stage is the block preprocess) without blocks, with 2, 4, 8 and 16, and by count (-1).
+  #   and 8 (8 with the preprocess's item form), the sanitizers on small cases of both D that have several blocks, then
+  #   bench_fwd at both D (stage times: the "blocks" stage is the block preprocess) without blocks, with 2, 4, 8 and
+  #   16, by count (-1), and 8 with the item form.
   if [ "$MODE" = fwd128 ]; then
     test_variants=${FWD_VARIANTS:-PATHATTN_FWD128=onee PATHATTN_FWD128=twoe}
     bench_variants=${FWD_BENCH_VARIANTS:-PATHATTN_FWD128=mma PATHATTN_FWD128=twoe PATHATTN_FWD128=onee}
     mem_filter='*D128*' race_filter='*T65_H2_HQ2_D128*:*T65_H1_HQ4_D128*gate*:*T331_H2_HQ4_D128*varlen7*'
     bench_args=(--only 128)
   else
-    test_variants=${FWD_VARIANTS:-PATHATTN_FWD_BLOCK=4 PATHATTN_FWD_BLOCK=8}
-    bench_variants=${FWD_BENCH_VARIANTS:-PATHATTN_FWD_BLOCK=0 PATHATTN_FWD_BLOCK=2 PATHATTN_FWD_BLOCK=4 PATHATTN_FWD_BLOCK=8 PATHATTN_FWD_BLOCK=16 PATHATTN_FWD_BLOCK=-1}
+    test_variants=${FWD_VARIANTS:-PATHATTN_FWD_BLOCK=4 PATHATTN_FWD_BLOCK=8,PATHATTN_FWD_BLOCK_CARRY=items}
+    bench_variants=${FWD_BENCH_VARIANTS:-PATHATTN_FWD_BLOCK=0 PATHATTN_FWD_BLOCK=2 PATHATTN_FWD_BLOCK=4 PATHATTN_FWD_BLOCK=8 PATHATTN_FWD_BLOCK=16 PATHATTN_FWD_BLOCK=-1 PATHATTN_FWD_BLOCK=8,PATHATTN_FWD_BLOCK_CARRY=items}
     mem_filter='*T1000*:*T331_H2_HQ4*varlen7*:*T200_H1_HQ4*gate*'
     race_filter='*T331_H2_HQ4_D64*varlen7*:*T200_H1_HQ4_D128*gate*:*B1_T1000_H2_HQ2_D64*bf16'
     bench_args=(--only 0 --iters 10)
   fi
   for v in $test_variants; do
     t0=$(date +%s)
-    env "$v" timeout 400 build-gpu/tests/cuda/test_cuda_forward > "$OUT/tests_fwd_$v.log" 2>&1
+    env ${v//,/ } timeout 400 build-gpu/tests/cuda/test_cuda_forward > "$OUT/tests_fwd_$v.log" 2>&1
     note "test_cuda_forward, $v: rc=$?, $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/tests_fwd_$v.log" | tr '\n' ' ')($(( $(date +%s) - t0 )) s)"
     grep -E '^\[  FAILED  \]' "$OUT/tests_fwd_$v.log" | head -20 | tee -a "$SUMMARY"
     for tool in memcheck racecheck; do
       filter=$mem_filter; [ $tool = racecheck ] && filter=$race_filter
       t0=$(date +%s)
-      env "$v" timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/cuda/test_cuda_forward \
+      env ${v//,/ } timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/cuda/test_cuda_forward \
         --gtest_filter="$filter" > "$OUT/sanitizer_fwd_${v}_$tool.log" 2>&1
       note "compute-sanitizer $tool ($v): rc=$?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_fwd_${v}_$tool.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
     done
   done
   for v in $bench_variants; do
-    env "$v" PATHATTN_CUDA_PROFILE=1 timeout 200 build-gpu/bench/cuda/bench_fwd "${bench_args[@]}" > "$OUT/bench_fwd_$v.log" 2>&1
+    env ${v//,/ } PATHATTN_CUDA_PROFILE=1 timeout 200 build-gpu/bench/cuda/bench_fwd "${bench_args[@]}" > "$OUT/bench_fwd_$v.log" 2>&1
     note "bench_fwd ${bench_args[*]}, $v: rc=$?"
     grep -E '^#|^ +B|^ +[0-9]' "$OUT/bench_fwd_$v.log" | tee -a "$SUMMARY"
     python3 tools/bench_stages.py "$OUT/bench_fwd_$v.log" | tee -a "$SUMMARY"

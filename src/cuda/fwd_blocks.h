@@ -33,7 +33,8 @@ struct FwdBlockView {
   }
 };
 
-// One item of the block preprocess: X steps through E_j for j = j0, j0 + dir, .., j1 (`steps` of them).
+// One item of the item form of the block preprocess (fwd_block_carry_kernel, PATHATTN_FWD_BLOCK_CARRY=items): X
+// steps through E_j for j = j0, j0 + dir, .., j1 (`steps` of them).
 struct BlockCarryItem {
   bool skip;  // nothing reads the item's result
   int j0, j1, dir;
@@ -52,6 +53,22 @@ PATHATTN_HD BlockCarryItem key_carry_item(int c, int first, int last, int block)
 PATHATTN_HD BlockCarryItem block_step_item(int s, int first, int last, int block) {
   const int e = s + block - 1 < last ? s + block - 1 : last;
   return {s == first || e == last, e, s, -1};
+}
+
+// The sweep form of the block preprocess (fwd_block_sweep_kernel, the default): one item per block walks its
+// chunks from the last to the first with X = R_c^T, R_c = P_{c+1}^T .. P_e^T (R_e = I): K'_c = K^_c X^T (Eq. 52),
+// then X <- X + X E_c^T; after the block's first chunk X = Pi_b and F = X^T - I (Eq. 53). Each E is read once per
+// block, against (B - 1) / 2 times per chunk by the items above.
+struct BlockSweepItem {
+  bool skip;    // a sequence's last block: nothing reads its K' or F
+  bool need_f;  // F is read (not the sequence's first block)
+  int s, e;     // the block's chunks
+  // Whether X steps through E_c after K'_c (the block's first chunk only when F is wanted).
+  PATHATTN_HD bool steps_after(int c) const { return c > s || need_f; }
+};
+PATHATTN_HD BlockSweepItem block_sweep_item(int s, int first, int last, int block) {
+  const int e = s + block - 1 < last ? s + block - 1 : last;
+  return {e == last, s != first && e != last, s, e};
 }
 
 }  // namespace pathattn::cuda

@@ -2,8 +2,9 @@
 // the per-chunk forward, on the host in f64 (label cpu): the logits of every (query chunk, key chunk) pair of one
 // sequence, from the CPU core's chunk factors (src/cpu/chunk.h), with the block preprocess's items and the main
 // kernel's near / far / step decisions taken from the header and the products done here as the kernels do them
-// (X <- X + X E_j for K', X <- X + X E_j^T then F = X^T - I for a block step, Q~ <- Q~ + Q~ F^T). What nothing may
-// read is NaN, so a read of a skipped item fails. Also: the one-E-slot kernel's order of step tiles (each tile it
+// (the item form: X <- X + X E_j for K', X <- X + X E_j^T then F = X^T - I for a block step; the sweep form: X = R^T
+// from I, K'_c = K^_c X^T, X <- X + X E_c^T, F = X^T - I; then Q~ <- Q~ + Q~ F^T). What nothing may read is NaN, so a
+// read of a skipped item fails. Also: the one-E-slot kernel's order of step tiles (each tile it
 // waits for is the one it issued last).
 #include <gtest/gtest.h>
 
@@ -82,14 +83,49 @@ Sequence make_sequence(int first, int chunks, int tail, int D, unsigned seed) {
   return s;
 }
 
-// Per query chunk m, the logits against every earlier key chunk: per chunk (block = 0) or two-level.
-std::vector<Mat> pair_logits(const Sequence& s, int m, int block) {
+// Transposes X [D, D] and subtracts I: a block step F from X = Pi.
+Mat block_step_from(const Mat& x, int D) {
+  Mat f(D * D);
+  for (int a = 0; a < D; ++a)
+    for (int b = 0; b < D; ++b) f[a * D + b] = x[b * D + a] - (a == b ? 1 : 0);
+  return f;
+}
+
+Mat identity(int D) {
+  Mat x(D * D, 0.0);
+  for (int d = 0; d < D; ++d) x[d * D + d] = 1;
+  return x;
+}
+
+enum class Form { items, sweep };
+
+// Per query chunk m, the logits against every earlier key chunk: per chunk (block = 0) or two-level, with the block
+// preprocess in either form.
+std::vector<Mat> pair_logits(const Sequence& s, int m, int block, Form form = Form::sweep) {
   const int D = s.D, last = s.last;
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const auto at = [&](int c) { return c - s.first; };
   // The block preprocess: K' per chunk, F per block start (NaN where the item is skipped: never to be read).
   std::vector<Mat> kfar(s.khat.size(), Mat(C * D, nan)), fstep(s.khat.size(), Mat(D * D, nan));
-  if (block > 0)
+  if (block > 0 && form == Form::sweep)
+    for (int s0 = s.first; s0 <= last; s0 += block) {
+      const BlockSweepItem it = block_sweep_item(s0, s.first, last, block);
+      if (it.skip) continue;
+      Mat x = identity(D);  // X = R_c^T
+      for (int c = it.e; c >= it.s; --c) {
+        Mat xt(D * D);  // K'_c = K^_c X^T: logits() multiplies by its second argument's transpose
+        for (int a = 0; a < D; ++a)
+          for (int b = 0; b < D; ++b) xt[a * D + b] = x[b * D + a];
+        Mat kf(C * D, 0.0);
+        for (int r = 0; r < C; ++r)
+          for (int j = 0; j < D; ++j)
+            for (int k = 0; k < D; ++k) kf[r * D + j] += s.khat[at(c)][r * D + k] * x[j * D + k];
+        kfar[at(c)] = kf;
+        if (it.steps_after(c)) step(x, s.e[at(c)], D, true);
+      }
+      if (it.need_f) fstep[at(s0)] = block_step_from(x, D);
+    }
+  if (block > 0 && form == Form::items)
     for (int c = s.first; c <= last; ++c) {
       const BlockCarryItem ki = key_carry_item(c, s.first, last, block);
       if (!ki.skip) {
@@ -100,13 +136,9 @@ std::vector<Mat> pair_logits(const Sequence& s, int m, int block) {
       if ((c - s.first) % block == 0) {  // a block start (the kernel takes them from the plan's blk_start)
         const BlockCarryItem fi = block_step_item(c, s.first, last, block);
         if (!fi.skip) {
-          Mat x(D * D, 0.0);
-          for (int d = 0; d < D; ++d) x[d * D + d] = 1;
+          Mat x = identity(D);
           for (int i = 0, j = fi.j0; i < fi.steps(); ++i, j += fi.dir) step(x, s.e[at(j)], D, true);
-          Mat f(D * D);
-          for (int a = 0; a < D; ++a)
-            for (int b = 0; b < D; ++b) f[a * D + b] = x[b * D + a] - (a == b ? 1 : 0);
-          fstep[at(c)] = f;
+          fstep[at(c)] = block_step_from(x, D);
         }
       }
     }
@@ -131,15 +163,17 @@ TEST(CudaFwdBlocks, TwoLevelLogitsEqualPerChunk) {
   const int D = 8;
   // 11 chunks, the last 20 rows short; the sequence's chunks start at global index 5 (varlen's offsets).
   const Sequence s = make_sequence(5, 11, 20, D, 7);
-  for (int block : {1, 2, 3, 4, 5, 10, 11, 16})
-    for (int m = s.first; m <= s.last; ++m) {
-      const std::vector<Mat> want = pair_logits(s, m, 0), got = pair_logits(s, m, block);
-      ASSERT_EQ(got.size(), want.size());
-      for (std::size_t i = 0; i < want.size(); ++i)
-        for (std::size_t r = 0; r < want[i].size(); ++r)
-          ASSERT_NEAR(got[i][r], want[i][r], 1e-9 * (1 + std::abs(want[i][r])))
-              << "block " << block << " query chunk " << m << " key chunk " << m - 1 - int(i) << " element " << r;
-    }
+  for (Form form : {Form::sweep, Form::items})
+    for (int block : {1, 2, 3, 4, 5, 10, 11, 16})
+      for (int m = s.first; m <= s.last; ++m) {
+        const std::vector<Mat> want = pair_logits(s, m, 0), got = pair_logits(s, m, block, form);
+        ASSERT_EQ(got.size(), want.size());
+        for (std::size_t i = 0; i < want.size(); ++i)
+          for (std::size_t r = 0; r < want[i].size(); ++r)
+            ASSERT_NEAR(got[i][r], want[i][r], 1e-9 * (1 + std::abs(want[i][r])))
+                << (form == Form::sweep ? "sweep" : "items") << " block " << block << " query chunk " << m
+                << " key chunk " << m - 1 - int(i) << " element " << r;
+      }
 }
 
 TEST(CudaFwdBlocks, SkippedItemsAreTheOnesNothingReads) {
@@ -153,6 +187,14 @@ TEST(CudaFwdBlocks, SkippedItemsAreTheOnesNothingReads) {
   EXPECT_EQ(block_step_item(6, 3, 9, 3).steps(), 3);  // E_8, E_7, E_6
   EXPECT_EQ(block_step_item(6, 3, 9, 3).j0, 8);
   EXPECT_TRUE(block_step_item(9, 3, 9, 3).skip);
+  // The sweep: one item per block; F only for the middle block, and only there does X step after the first chunk.
+  EXPECT_FALSE(block_sweep_item(3, 3, 9, 3).skip);
+  EXPECT_FALSE(block_sweep_item(3, 3, 9, 3).need_f);
+  EXPECT_FALSE(block_sweep_item(3, 3, 9, 3).steps_after(3));
+  EXPECT_TRUE(block_sweep_item(3, 3, 9, 3).steps_after(4));
+  EXPECT_TRUE(block_sweep_item(6, 3, 9, 3).need_f && block_sweep_item(6, 3, 9, 3).steps_after(6));
+  EXPECT_EQ(block_sweep_item(6, 3, 9, 3).e, 8);
+  EXPECT_TRUE(block_sweep_item(9, 3, 9, 3).skip);
   // Off: every chunk near, a step after each but the sequence's first.
   const FwdBlockView off = FwdBlockView::of(3, 9, 0);
   for (int c = 3; c < 9; ++c) {

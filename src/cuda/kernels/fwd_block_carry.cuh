@@ -131,4 +131,109 @@ __global__ void __launch_bounds__(128) fwd_block_carry_kernel(FwdParams p) {
   }
 }
 
+// The sweep form (the default; cuda/fwd_blocks.h BlockSweepItem): one CTA per (block, kv head) walks the block's
+// chunks from its last to its first with X = R_c^T (D x D, f32 registers: NW = D / 16 warps of 16 rows each):
+//   K'_c = K^_c X^T          (X through shared memory in the tensor-core dtype as the B operand; warp w: K^'s rows
+//                             16 (w % 4).., columns 64 (w / 4)..)                                          (Eq. 52)
+//   X <- X + X E_c^T          (E_c double-buffered by cp.async, E_{c-1} loading meanwhile)
+// and after the first chunk F = X^T - I (Eq. 53). Per chunk one D x D x D and one C x D x D product, each E read once
+// per block; the items' form costs (B - 1) / 2 C x D x D products per chunk and D / 64 per chunk for F, and reads an
+// E for each.
+template <int D>
+struct BlockSweepSmem {
+  static constexpr int LD = D + 8;
+  static constexpr int kTile = D * LD;            // one D x D matrix, rows padded
+  static constexpr int kBytes = 3 * kTile * 2;    // X, then two stages of E
+};
+
+template <typename T, int D>
+__global__ void __launch_bounds__(2 * D) fwd_block_sweep_kernel(FwdParams p) {
+  using namespace fwd_detail;
+  using S = BlockSweepSmem<D>;
+  constexpr int C = kChunk, LD = S::LD, NT = D / 8, KD = D / 16;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sX = reinterpret_cast<T*>(smem_raw);
+  auto sE = [&](int st) { return sX + (1 + st) * S::kTile; };
+
+  const int h = blockIdx.y, blk = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const int s0 = p.blk_start[blk];
+  const ChunkInfo ci = p.chunks[s0];
+  const BlockSweepItem it = block_sweep_item(s0, ci.first, ci.last, p.fwd_block);
+  if (it.skip) return;
+  const T* wsE = static_cast<const T*>(p.ws.step);
+  auto issue = [&](int st, int j) {  // E_j (D rows) into stage st, as C-row tiles
+    const T* ej = wsE + ((int64_t)j * p.H + h) * D * D;
+#pragma unroll
+    for (int r = 0; r < D; r += C) load_tile<T, D, false>(sE(st) + r * LD, LD, ej + r * D, D, C);
+    cp_async_commit();
+  };
+
+  // X = I: this warp's rows 16 warp.. of the D x D matrix.
+  const int xr0 = warp * 16 + g;
+  float x[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) x[nt][e] = (xr0 + (e / 2) * 8 == nt * 8 + 2 * t4 + e % 2) ? 1.f : 0.f;
+
+  // The K' product's share of this warp: K^'s rows 16 (warp % 4).., columns 64 (warp / 4).. (D = 64: all of them).
+  const int kr0 = (warp % 4) * 16 + g, kc0 = 64 * (warp / 4);
+  if (it.steps_after(it.e)) issue(0, it.e);
+  for (int c = it.e, i = 0; c >= it.s; --c, ++i) {
+    const bool next = c - 1 >= it.s && it.steps_after(c - 1);
+    if (next) {
+      issue((i + 1) & 1, c - 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    // X into shared memory as the K' product's B operand ([n = d'][k = d]: X's rows as they are).
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        *reinterpret_cast<uint32_t*>(sX + (xr0 + 8 * half) * LD + nt * 8 + 2 * t4) =
+            TypeTraits<T>::pack(x[nt][2 * half], x[nt][2 * half + 1]);
+    __syncthreads();  // X stored by every warp, E_c landed for every warp
+    {  // K'_c = K^_c X^T (2 D threads: 4 warps per 64 columns of K')
+      const T* kh = static_cast<const T*>(p.ws.khat) + ((int64_t)c * p.H + h) * C * D;
+      float kf[NT][4];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) kf[nt][e] = TypeTraits<T>::to_float(kh[(kr0 + (e / 2) * 8) * D + nt * 8 + 2 * t4 + e % 2]);
+      uint32_t ka[KD][4];
+      to_a_frags<T, NT>(kf, ka, 1.f);
+      float out[8][4];
+      zero(out);
+      gemm_nt<T, 8, KD, false>(out, ka, sX + kc0 * LD, LD);
+      T* kfar = static_cast<T*>(p.kfar) + ((int64_t)c * p.H + h) * C * D;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          *reinterpret_cast<uint32_t*>(kfar + (kr0 + 8 * half) * D + kc0 + nt * 8 + 2 * t4) =
+              TypeTraits<T>::pack(out[nt][2 * half], out[nt][2 * half + 1]);
+    }
+    if (it.steps_after(c)) {  // X <- X + X E_c^T
+      uint32_t xa[KD][4];
+      to_a_frags<T, NT>(x, xa, 1.f);
+      gemm_nt<T, NT, KD, false>(x, xa, sE(i & 1), LD);
+    }
+    __syncthreads();  // every warp is done with X in shared memory and with stage i & 1 before they are written again
+  }
+
+  if (it.need_f) {  // F_b[d][d'] = Pi_b[d'][d] - [d == d'], Pi_b = X
+    T* f = static_cast<T*>(p.blockstep) + ((int64_t)blk * p.H + h) * D * D;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = xr0 + (e / 2) * 8, col = nt * 8 + 2 * t4 + e % 2;
+        f[col * D + row] = TypeTraits<T>::from_float(x[nt][e] - (row == col ? 1.f : 0.f));
+      }
+  }
+}
+
 }  // namespace pathattn::cuda

@@ -28,14 +28,25 @@ bool fwd128_is(const char* name) {
 
 // The two-level forward's block preprocess (kernels/fwd_block_carry.cuh): K' and the block steps F, after the UT
 // preprocess and before the main kernel (dispatch.cu, p.fwd_block > 0).
+// Its two forms: "sweep" (the default: one CTA per block and kv head, each E read once) and "items" (one CTA per
+// chunk's K' and per 64 rows of a block's F: more parallel, more products); env PATHATTN_FWD_BLOCK_CARRY.
 template <typename T, int D>
 void launch_fwd_block_carry(const FwdParams& p, cudaStream_t stream) {
-  const int64_t items = static_cast<int64_t>(p.num_chunks) + static_cast<int64_t>(p.num_blocks) * (D / 64);
-  constexpr int bytes = BlockCarrySmem<D>::kBytes;
-  auto kernel = fwd_block_carry_kernel<T, D>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  kernel<<<dim3(static_cast<unsigned>(items), static_cast<unsigned>(p.H)), 128, bytes, stream>>>(p);
-  CUDA_CHECK_LAUNCH("fwd_block_carry_kernel");
+  static const bool items_form = env::choice("PATHATTN_FWD_BLOCK_CARRY", {"sweep", "items"}, "sweep") == "items";
+  if (items_form) {
+    const int64_t items = static_cast<int64_t>(p.num_chunks) + static_cast<int64_t>(p.num_blocks) * (D / 64);
+    constexpr int bytes = BlockCarrySmem<D>::kBytes;
+    auto kernel = fwd_block_carry_kernel<T, D>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    kernel<<<dim3(static_cast<unsigned>(items), static_cast<unsigned>(p.H)), 128, bytes, stream>>>(p);
+    CUDA_CHECK_LAUNCH("fwd_block_carry_kernel");
+  } else {
+    constexpr int bytes = BlockSweepSmem<D>::kBytes;
+    auto kernel = fwd_block_sweep_kernel<T, D>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    kernel<<<dim3(static_cast<unsigned>(p.num_blocks), static_cast<unsigned>(p.H)), 2 * D, bytes, stream>>>(p);
+    CUDA_CHECK_LAUNCH("fwd_block_sweep_kernel");
+  }
 }
 
 template <typename T, int D, bool kGate, bool kOneE = false>
