@@ -22,6 +22,29 @@
 
 namespace pathattn::cuda {
 
+// This thread's entries of rows r0, r0 + 8 (r0 = 16 warp + lane / 4, offset by row0) of a D x D matrix held in the
+// accumulator layout [16 x D] per warp: the identity (X's start), and F = X^T - I written out (F_b from X = Pi_b).
+template <int NT>
+__device__ __forceinline__ void identity_rows(float (&x)[NT][4], int row0) {
+  const int lane = threadIdx.x % 32, r0 = row0 + (threadIdx.x / 32 % 4) * 16 + lane / 4, t4 = lane % 4;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) x[nt][e] = (r0 + (e / 2) * 8 == nt * 8 + 2 * t4 + e % 2) ? 1.f : 0.f;
+}
+template <typename T, int NT>
+__device__ __forceinline__ void store_block_step(T* f, const float (&x)[NT][4], int row0) {
+  constexpr int D = 8 * NT;
+  const int lane = threadIdx.x % 32, r0 = row0 + (threadIdx.x / 32 % 4) * 16 + lane / 4, t4 = lane % 4;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = r0 + (e / 2) * 8, col = nt * 8 + 2 * t4 + e % 2;
+      f[col * D + row] = TypeTraits<T>::from_float(x[nt][e] - (row == col ? 1.f : 0.f));
+    }
+}
+
 template <int D>
 struct BlockCarrySmem {
   static constexpr int LD = D + 8;                // rows padded by 16 bytes (fwd.cuh: conflict-free ldmatrix)
@@ -76,13 +99,7 @@ __global__ void __launch_bounds__(128) fwd_block_carry_kernel(FwdParams p) {
         x[nt][e] = TypeTraits<T>::to_float(kh[row * D + col]);
       }
   } else {
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = 64 * rt + r0 + (e / 2) * 8, col = nt * 8 + 2 * t4 + e % 2;
-        x[nt][e] = row == col ? 1.f : 0.f;
-      }
+    identity_rows(x, 64 * rt);
   }
 
   auto issue = [&](int s, int j) {  // E_j (D rows) into stage s, as C-row tiles
@@ -120,14 +137,7 @@ __global__ void __launch_bounds__(128) fwd_block_carry_kernel(FwdParams p) {
         *reinterpret_cast<uint32_t*>(kf + row * D + col) = TypeTraits<T>::pack(x[nt][2 * half], x[nt][2 * half + 1]);
       }
   } else {  // F_b[d][d'] = Pi_b[d'][d] - [d == d'] for this tile's rows d' of Pi_b
-    T* f = static_cast<T*>(p.blockstep) + ((int64_t)blk * p.H + h) * D * D;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = 64 * rt + r0 + (e / 2) * 8, col = nt * 8 + 2 * t4 + e % 2;
-        f[col * D + row] = TypeTraits<T>::from_float(x[nt][e] - (row == col ? 1.f : 0.f));
-      }
+    store_block_step(static_cast<T*>(p.blockstep) + ((int64_t)blk * p.H + h) * D * D, x, 64 * rt);
   }
 }
 
@@ -172,10 +182,7 @@ __global__ void __launch_bounds__(2 * D) fwd_block_sweep_kernel(FwdParams p) {
   // X = I: this warp's rows 16 warp.. of the D x D matrix.
   const int xr0 = warp * 16 + g;
   float x[NT][4];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) x[nt][e] = (xr0 + (e / 2) * 8 == nt * 8 + 2 * t4 + e % 2) ? 1.f : 0.f;
+  identity_rows(x, 64 * (warp / 4));
 
   // The K' product's share of this warp: K^'s rows 16 (warp % 4).., columns 64 (warp / 4).. (D = 64: all of them).
   const int kr0 = (warp % 4) * 16 + g, kc0 = 64 * (warp / 4);
@@ -224,16 +231,8 @@ __global__ void __launch_bounds__(2 * D) fwd_block_sweep_kernel(FwdParams p) {
     __syncthreads();  // every warp is done with X in shared memory and with stage i & 1 before they are written again
   }
 
-  if (it.need_f) {  // F_b[d][d'] = Pi_b[d'][d] - [d == d'], Pi_b = X
-    T* f = static_cast<T*>(p.blockstep) + ((int64_t)blk * p.H + h) * D * D;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = xr0 + (e / 2) * 8, col = nt * 8 + 2 * t4 + e % 2;
-        f[col * D + row] = TypeTraits<T>::from_float(x[nt][e] - (row == col ? 1.f : 0.f));
-      }
-  }
+  if (it.need_f)  // F_b = Pi_b^T - I, Pi_b = X
+    store_block_step(static_cast<T*>(p.blockstep) + ((int64_t)blk * p.H + h) * D * D, x, 64 * (warp / 4));
 }
 
 }  // namespace pathattn::cuda
