@@ -4,7 +4,9 @@
 // Prints ms, TFLOP/s by FlashAttention's count (4 B HQ D T^2 / 2, causal) and by PaTH's count (that times
 // 1 + D / (2 C): one more C x D x D product per key chunk, Q~ E^T of docs/math.md Eq. 32; 1.5x at D = 64, 2x at
 // D = 128), and % of 790 TFLOP/s (dense bf16 measured on
-// this H200, docs/perf/notes.md). Writes the rows as CSV for bench/cuda/baselines.py.
+// this H200, docs/perf/notes.md). Writes the rows as CSV for bench/cuda/baselines.py. PaTH's count is the per-chunk
+// form's: with the two-level forward (PATHATTN_FWD_BLOCK) the kernels do fewer products, and the column reads as an
+// effective rate (work of the per-chunk form per second), comparable across block sizes.
 //
 // With --bwd it also times the backward after that forward (dout random), in deterministic mode (the default,
 // ordered cross-block sums) and in the fast mode (Inputs::deterministic = false), and reports the backward's
