@@ -25,6 +25,11 @@
 # SYN_DRAIN=1 (run): the session's last call starts only the cells that can finish within SYN_BUDGET at their depth's
 # measured rate (sweep_synthetic.py --drain); the others wait for the next session instead of being cut off.
 #
+# SYN_END=<epoch seconds> (run): the device call's end; the budget is cut to end 30 s before it (the sweep then stops
+# its cells and writes their checkpoints before the call is killed). Set it first in the call's command:
+# `export SYN_END=$(( $(date +%s) + 590 )); tools/synthetic_gpu.sh build && ... run` (the twenty-ninth session's
+# build took 187 s on a fresh machine, and a fixed SYN_BUDGET after it overran the call's 600 s: killed, nothing back).
+#
 # SYN_MPS=1 runs the cells under CUDA MPS (a control daemon started for the call and stopped after it): processes
 # sharing a GPU are otherwise time-sliced, one at a time (measured 2026-12-02: 4 MQRAR cells 72 steps/s in all, 12 no
 # more than 4); under MPS their small kernels run concurrently (ninth session: 5 MQRAR cells ~85-90 steps/s in all).
@@ -85,6 +90,11 @@ case "$CMD" in
     # SYN_DRAIN=1 for the session's last call: only cells that can finish in SYN_BUDGET start (sweep --drain); the
     # stopped cells' checkpoints go with the machine, so a cell cut off there is lost work.
     drain=(); [ "${SYN_DRAIN:-0}" = 1 ] && drain=(--drain)
+    if [ -n "${SYN_END:-}" ]; then
+      left=$(( SYN_END - $(date +%s) - 30 ))
+      [ "$left" -lt "$SYN_BUDGET" ] && SYN_BUDGET=$(( left > 1 ? left : 1 ))
+      echo "SYN_END: budget $SYN_BUDGET s"
+    fi
     if [ "${SYN_MPS:-0}" = 1 ] && command -v nvidia-cuda-mps-control > /dev/null; then
       export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
       mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"

@@ -231,6 +231,24 @@ def test_gpu_script_reads_the_status_of_the_grid_it_ran(tmp_path):
     assert "a5: 0 finished, 1 started, 0 not started" in r.stdout, r.stdout
 
 
+def test_gpu_script_cuts_the_budget_to_the_calls_end(tmp_path):
+    """SYN_END (the device call's end, epoch seconds): run's budget ends 30 s before it when SYN_BUDGET would run past
+    it (the twenty-ninth session's call after a 187 s build overran its 600 s limit and brought nothing back)."""
+    import re
+    import time
+    build = os.path.dirname(os.path.dirname(train_binary()))
+    env = dict(os.environ, SYN_DEVICE="cpu", SYN_BUILD=build, SYN_GRID="tiny", SYN_TASKS="a5", SYN_DONE="none",
+               SYN_RUNS=str(tmp_path / "runs"), SYN_BUDGET="540", SYN_END=str(int(time.time()) + 40))
+    env.pop("OUT", None)
+    r = subprocess.run(["bash", os.path.join(ROOT, "tools", "synthetic_gpu.sh"), "run", "--only", "path",
+                        "--max-steps-per-call", "2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0, r.stdout
+    m = re.search(r"SYN_END: budget (\d+) s", r.stdout)
+    assert m and 5 <= int(m.group(1)) <= 10, r.stdout
+    assert "budget %s s" % m.group(1) in r.stdout.split("SYN_END:")[1], r.stdout  # what the sweep was given
+
+
 def test_set_refuses_a_boolean_it_cannot_read():
     def a5(*sets):
         return sweep.make_grid(argparse.Namespace(grid="tiny", tasks="a5", only="", set=list(sets)))[0]
