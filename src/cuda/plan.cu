@@ -50,12 +50,12 @@ void add_fwd_blocks(Plan& plan, int block) {
 }
 
 int fwd_block_by_count(int chunks, int group, int D) {
-  const double n = chunks, g = group, kh = D / 64.0;
+  const double n = chunks, g = group, sweep = 1 + D / 64.0;
   double best_cost = g * (n - 1) / 2;  // per chunk
   int best = 0;
   const double bar = 0.75 * best_cost;
   for (int b = 1; b <= chunks; ++b) {
-    const double cost = g * ((b - 1) / 2.0 + n / (2.0 * b)) + (b - 1) / 2.0 + kh;
+    const double cost = g * ((b - 1) / 2.0 + n / (2.0 * b)) + sweep;
     if (cost < best_cost) best_cost = cost, best = b;
   }
   return best_cost <= bar ? best : 0;

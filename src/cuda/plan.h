@@ -45,8 +45,8 @@ void add_fwd_blocks(Plan& plan, int block);
 // The two-level forward's block size by count (PATHATTN_FWD_BLOCK=-1; docs/perf/notes.md "The two-level forward on
 // the GPU"), for sequences of up to `chunks` chunks, `group` query heads per kv head, head dimension D: the B that
 // minimises, per (chunk, kv head) and in C x D x D products, the query steps group ((B - 1) / 2 + chunks / (2 B)) plus
-// the block preprocess ((B - 1) / 2 for K', D / 64 for F), or 0 (per chunk) where that is not at least a quarter
-// below the per-chunk steps group (chunks - 1) / 2. Counted, not measured.
+// the block preprocess's sweep form (1 for K', D / 64 for X: the same at every B), or 0 (per chunk) where that is not
+// at least a quarter below the per-chunk steps group (chunks - 1) / 2. Counted, not measured.
 int fwd_block_by_count(int chunks, int group, int D);
 
 // The backward's pair_group for a longest sequence of `rows` tokens: about 16384 rows of pairs interleaved, at most 8

@@ -85,13 +85,13 @@ TEST(CudaPlan, ForwardBlocksRestartAtEverySequence) {
 }
 
 TEST(CudaPlan, ForwardBlockByCount) {
-  // cost(B) = group ((B - 1) / 2 + n / (2 B)) + (B - 1) / 2 + D / 64, against group (n - 1) / 2 per chunk.
-  EXPECT_EQ(fwd_block_by_count(64, 1, 128), 6);   // B - 1 + 32 / B + 2: 12.33 at 6 (12.4 at 5, 12.57 at 7)
-  EXPECT_EQ(fwd_block_by_count(256, 1, 64), 11);  // B - 1 + 128 / B + 1: 22.64 at 11, 22.67 at 12
-  EXPECT_EQ(fwd_block_by_count(64, 4, 64), 7);    // 2.5 (B - 1) + 128 / B + 1: 34.29 at 7, 34.5 at 8
-  // Too few chunks: the best (5.67 at B = 3 for 16 chunks) is not a quarter below the per-chunk 7.5; one chunk has
-  // no step at all.
-  EXPECT_EQ(fwd_block_by_count(16, 1, 64), 0);
+  // cost(B) = group ((B - 1) / 2 + n / (2 B)) + 1 + D / 64, against group (n - 1) / 2 per chunk.
+  EXPECT_EQ(fwd_block_by_count(64, 1, 128), 8);   // (B - 1) / 2 + 32 / B + 3: 10.5 at 8 (10.57 at 7, 10.56 at 9)
+  EXPECT_EQ(fwd_block_by_count(256, 1, 64), 16);  // (B - 1) / 2 + 128 / B + 2: 17.5 at 16, 17.53 at 15 and 17
+  EXPECT_EQ(fwd_block_by_count(64, 4, 64), 8);    // 4 ((B - 1) / 2 + 32 / B) + 2: 32 at 8, 32.29 at 7, 32.22 at 9
+  EXPECT_EQ(fwd_block_by_count(16, 1, 64), 4);    // 5.5 at 4, under 0.75 x 7.5
+  // Too few chunks: at 8, the best (4.33 at B = 3) is not even below the per-chunk 3.5; one chunk has no step at all.
+  EXPECT_EQ(fwd_block_by_count(8, 1, 64), 0);
   EXPECT_EQ(fwd_block_by_count(1, 1, 64), 0);
   EXPECT_EQ(fwd_block_by_count(0, 1, 64), 0);
 }
