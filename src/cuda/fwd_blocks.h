@@ -12,15 +12,20 @@
 
 namespace pathattn::cuda {
 
+// The first chunk of c's block (blocks of `block` chunks from the sequence's first chunk; block > 0), and the last
+// chunk of the block that starts at s (the sequence's last chunk bounds it).
+PATHATTN_HD int fwd_block_start(int c, int first, int block) { return first + (c - first) / block * block; }
+PATHATTN_HD int fwd_block_end(int s, int last, int block) { return s + block - 1 < last ? s + block - 1 : last; }
+
 // One query chunk's view of its sequence (global chunk indices; first: the sequence's first chunk; block = B chunks
 // per block, 0 = off: every chunk near).
 struct FwdBlockView {
   int first, near0, block;
   PATHATTN_HD static FwdBlockView of(int first, int query_chunk, int block) {
-    return {first, block > 0 ? first + (query_chunk - first) / block * block : first, block};
+    return {first, block > 0 ? fwd_block_start(query_chunk, first, block) : first, block};
   }
   // The first chunk of c's block (the sequence's first chunk when blocks are off).
-  PATHATTN_HD int block_start(int c) const { return block > 0 ? first + (c - first) / block * block : first; }
+  PATHATTN_HD int block_start(int c) const { return block > 0 ? fwd_block_start(c, first, block) : first; }
   // c lies in an earlier block than the query: met through K'_c (Eq. 51).
   PATHATTN_HD bool far(int c) const { return c < near0; }
   // Whether the query steps after key chunk c: by E_c for a chunk of its own block (Eq. 32), by F of c's block
@@ -44,14 +49,14 @@ struct BlockCarryItem {
 // K'_c (Eq. 52): K^_c's rows through X <- X + X E_j for j = c + 1 .. e (the block's last chunk). Skipped in a
 // sequence's last block (no query lies in a later one). first, last: c's sequence's chunks.
 PATHATTN_HD BlockCarryItem key_carry_item(int c, int first, int last, int block) {
-  const int s = first + (c - first) / block * block, e = s + block - 1 < last ? s + block - 1 : last;
+  const int e = fwd_block_end(fwd_block_start(c, first, block), last, block);
   return {e == last, c + 1, e, 1};
 }
 
 // F of the block that starts at chunk s (Eq. 53): rows of I through X <- X + X E_j^T for j = e .. s, then
 // F = X^T - I. Skipped for a sequence's first block (a query leaves it with no step) and its last.
 PATHATTN_HD BlockCarryItem block_step_item(int s, int first, int last, int block) {
-  const int e = s + block - 1 < last ? s + block - 1 : last;
+  const int e = fwd_block_end(s, last, block);
   return {s == first || e == last, e, s, -1};
 }
 
@@ -67,7 +72,7 @@ struct BlockSweepItem {
   PATHATTN_HD bool steps_after(int c) const { return c > s || need_f; }
 };
 PATHATTN_HD BlockSweepItem block_sweep_item(int s, int first, int last, int block) {
-  const int e = s + block - 1 < last ? s + block - 1 : last;
+  const int e = fwd_block_end(s, last, block);
   return {e == last, s != first && e != last, s, e};
 }
 
