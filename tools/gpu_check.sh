@@ -42,6 +42,12 @@
 #          (blocks of 1-3 among them), test_cuda_forward with blocks of 4 and 8 (FWD_VARIANTS), sanitizers on small
 #          cases, bench_fwd at both D with stage times without blocks and with 2-16 (FWD_BENCH_VARIANTS); fwd128 and
 #          fwdblock share one loop over environment assignments
+#   bwdblock: the two-level backward (PATHATTN_BWD_BLOCK; kernels/bwd_block_sweep.cuh and the levels of bwd_main.cuh,
+#          docs/math.md Eq. 54-57): test_cuda_backward (not Long) with each of BWD_BLOCK_VARIANTS (default: blocks of
+#          1 and 3 deterministic, 2 in the fast mode), the Long case (T = 16384) with blocks of 8, memcheck + racecheck
+#          on small cases with blocks of 2, then bench_fwd --bwd at both D with stage times for each of
+#          BWD_BLOCK_BENCH (default: the per-chunk mma.sync kernel, the default wgmma kernels, blocks of 4, 8, 16 and
+#          by count); no other test
 #   model: only the model's bench_step
 #   turns: the deterministic turns' cost in the D = 64 main backward: test_cuda_backward (not Long) and its
 #          sanitizers on small cases and the determinism tests (SKIP_TESTS=1 skips them), then bench_fwd --bwd --only 64
@@ -661,6 +667,20 @@ if [ "$MODE" = bwd ]; then
     build-gpu/bench/cuda/bench_fwd --bwd --iters 1 --shape ${NCU_SHAPE:-32,4096,32,64} > "$OUT/ncu.txt" 2>&1
   note "ncu (backward): rc=$? ($(( $(date +%s) - t0 )) s)"
   grep -E "^  [a-z_]+.*\(|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Warp Cycles Per Issued|Issued Ipc|No Eligible|Stall|Dynamic Shared" "$OUT/ncu.txt" | head -80 | tee -a "$SUMMARY"; }
+fi
+
+if [ "$MODE" = bwdblock ]; then
+  for v in ${BWD_BLOCK_VARIANTS:-PATHATTN_BWD_BLOCK=1 PATHATTN_BWD_BLOCK=3 PATHATTN_BWD_BLOCK=2,PATHATTN_TEST_BWD_FAST=1}; do
+    ( export ${v//,/ }; tests_bwd "${v//[=,]/_}" --gtest_filter=-Long/* )
+  done
+  PATHATTN_BWD_BLOCK=8 tests_bwd block8_long --gtest_filter='Long/*'
+  PATHATTN_BWD_BLOCK=2 sanitize bwd_block2 build-gpu/tests/cuda/test_cuda_backward "$SMALL_BWD64:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16" 300
+  for v in ${BWD_BLOCK_BENCH:-PATHATTN_BWD_MAIN=mma PATHATTN_BWD_BLOCK=0 PATHATTN_BWD_BLOCK=4 PATHATTN_BWD_BLOCK=8 PATHATTN_BWD_BLOCK=16 PATHATTN_BWD_BLOCK=-1}; do
+    env ${v//,/ } PATHATTN_CUDA_PROFILE=1 timeout 200 build-gpu/bench/cuda/bench_fwd --bwd --only 0 --iters 3 > "$OUT/bench_bwd_$v.log" 2>&1
+    note "bench_fwd --bwd --only 0, $v: rc=$?"
+    grep -E '^#|^ +B|^ +[0-9]' "$OUT/bench_bwd_$v.log" | tee -a "$SUMMARY"
+    python3 tools/bench_stages.py "$OUT/bench_bwd_$v.log" | tee -a "$SUMMARY"
+  done
 fi
 
 if [ "$MODE" = ab ]; then

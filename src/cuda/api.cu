@@ -152,21 +152,26 @@ Support supports(const Problem& p, const Inputs& in, bool /*backward: same suppo
 
 namespace {
 
-// The two-level forward's block size setting (docs/math.md Eq. 51-53; FwdParams::fwd_block): env PATHATTN_FWD_BLOCK,
-// 0 (off, the default until it is measured on the GPU), B >= 1, or -1: by count for the call's longest sequence
-// (fwd_block_by_count). B = 1 takes the far path for every earlier chunk (K' = K^, F = E: the per-chunk products,
-// through the far path's code).
+// The two-level forward's block size setting (docs/math.md Eq. 51-53; FwdParams::carry_block): env PATHATTN_FWD_BLOCK,
+// 0 (off), B >= 1, or -1: by count for the call's longest sequence (fwd_block_by_count); unset, plan.cu's
+// fwd_block_default (measured). B = 1 takes the far path for every earlier chunk (K' = K^, F = E: the per-chunk
+// products, through the far path's code).
+constexpr int kFwdBlockUnset = -2;
 int fwd_block_setting() {
-  static const int block = static_cast<int>(env::integer("PATHATTN_FWD_BLOCK", 0, -1, 1 << 20));
+  static const int block = static_cast<int>(env::integer("PATHATTN_FWD_BLOCK", kFwdBlockUnset, -1, 1 << 20));
   return block;
 }
 
-// The forward's plan, with its block tables when the two-level forward is on.
+// The forward's plan, with its block tables when the two-level forward is on. The default leaves blocks off for the
+// D = 128 mma.sync forward (PATHATTN_FWD128=mma), which has no two-level form.
 Plan forward_plan(const std::vector<Segment>& segs, int64_t H, int64_t group, int64_t D) {
   Plan plan = make_plan(segs, static_cast<int>(H), false);
-  const int setting = fwd_block_setting();
-  add_fwd_blocks(plan, setting >= 0 ? setting
-                                    : fwd_block_by_count(plan.max_chunks, static_cast<int>(group), static_cast<int>(D)));
+  const int setting = fwd_block_setting(), chunks = plan.max_chunks, g = static_cast<int>(group), d = static_cast<int>(D);
+  const int block = setting >= 0    ? setting
+                    : setting == -1 ? fwd_block_by_count(chunks, g, d)
+                    : (D == 128 && fwd128_is("mma")) ? 0
+                                                     : fwd_block_default(chunks, g, d);
+  add_carry_blocks(plan, block);
   return plan;
 }
 
@@ -187,11 +192,11 @@ void forward_heads(const Problem& p, const Inputs& in, const ForwardOutputs& out
   fill_shared(prm, ws, shared, p, in, plan, out.o, out.lse, stream);
   prm.kcache = want_kcache ? out.kcache.data : nullptr;
   if (want_kcache) prm.skc = strides_of(out.kcache);
-  if (plan.fwd_block > 0) {
+  if (plan.carry_block > 0) {
     std::vector<int> tables(plan.blk_of);
     tables.insert(tables.end(), plan.blk_start.begin(), plan.blk_start.end());
     ws.upload(blocks.tables, tables.data(), tables.size() * sizeof(int), stream);
-    prm.fwd_block = plan.fwd_block;
+    prm.carry_block = plan.carry_block;
     prm.num_blocks = static_cast<int>(plan.blk_start.size());
     prm.blk_of = ws.ptr<const int>(blocks.tables);
     prm.blk_start = prm.blk_of + NC;
@@ -209,7 +214,7 @@ void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out) {
   const bool want_kcache = out.kcache.defined();
   if (want_kcache && out.kcache.strides[3] != 1) throw Error("pathattn: kcache (output) must have a contiguous last dimension");
   if (p.B == 0 || p.T == 0) return;
-  if (fwd_block_setting() != 0 && p.D == 128 && fwd128_is("mma"))
+  if (fwd_block_setting() != 0 && fwd_block_setting() != kFwdBlockUnset && p.D == 128 && fwd128_is("mma"))
     throw Error("pathattn: cuda forward: PATHATTN_FWD_BLOCK (the two-level forward) needs the wgmma forward kernel; "
                 "PATHATTN_FWD128=mma has no two-level form: unset one of them");
   DeviceGuard guard(in.q.device_index);
@@ -234,11 +239,18 @@ void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out) {
 
 namespace {
 
+// The backward's plan, with the block tables of the two-level backward when it is on (plan.h bwd_block_for).
+Plan backward_plan(const std::vector<Segment>& segs, int64_t H, int pair_group, const BwdGrid& resident, int64_t D) {
+  Plan plan = make_plan(segs, static_cast<int>(H), true, pair_group, resident.pair_main ? 2 : 1);
+  add_carry_blocks(plan, bwd_block_for(plan.max_chunks, static_cast<int>(D)));
+  return plan;
+}
+
 // One backward call over all of p's heads (a slice of the caller's, see backward()).
 void backward_heads(const Problem& p, const Inputs& in, const TensorView& o, const TensorView& lse,
                     const TensorView& dout, const TensorView& dlse, const Gradients& grads,
                     const std::vector<Segment>& segs, int pair_group, const BwdGrid& resident, cudaStream_t stream) {
-  const Plan plan = make_plan(segs, static_cast<int>(p.H), true, pair_group, resident.pair_main ? 2 : 1);
+  const Plan plan = backward_plan(segs, p.H, pair_group, resident, p.D);
   const int NC = static_cast<int>(plan.chunks.size());
   if (NC == 0) return;
   check_32bit(p, NC, "backward");
@@ -257,6 +269,12 @@ void backward_heads(const Problem& p, const Inputs& in, const TensorView& o, con
   ws.upload(b.tasks, plan.bwd_tasks.data(), plan.bwd_tasks.size() * sizeof(int), stream);
   for (int zeroed : {b.dqacc, b.dpacc, b.count_q, b.count_p, b.next_task}) ws.zero(zeroed, stream);
   if (p.has_gate) ws.zero(b.dgrow, stream);
+  if (plan.carry_block > 0) {
+    std::vector<int> tables(plan.blk_of);
+    tables.insert(tables.end(), plan.blk_start.begin(), plan.blk_start.end());
+    ws.upload(b.blk_tables, tables.data(), tables.size() * sizeof(int), stream);
+    for (int zeroed : {b.dqfar, b.dpiacc, b.count_pi}) ws.zero(zeroed, stream);
+  }
   prm.dout = dout.data;
   prm.sdo = strides_of(dout);
   prm.dlse = dlse.defined() ? static_cast<const float*>(dlse.data) : nullptr;
@@ -292,6 +310,18 @@ void backward_heads(const Problem& p, const Inputs& in, const TensorView& o, con
   prm.slots = ws.ptr<void>(b.slots);
   prm.slot_chunks = plan.max_chunks;
   prm.local_scratch = ws.ptr<float>(b.local);
+  if (plan.carry_block > 0) {
+    prm.carry_block = plan.carry_block;
+    prm.num_blocks = static_cast<int>(plan.blk_start.size());
+    prm.blk_of = ws.ptr<const int>(b.blk_tables);
+    prm.blk_start = prm.blk_of + NC;
+    prm.blockstep = ws.ptr<void>(b.blockstep);
+    prm.sprefix = ws.ptr<void>(b.sprefix);
+    prm.qfar = ws.ptr<void>(b.qfar);
+    prm.dqfar = ws.ptr<float>(b.dqfar);
+    prm.dpiacc = ws.ptr<float>(b.dpiacc);
+    prm.count_pi = ws.ptr<int>(b.count_pi);
+  }
   prm.deterministic = in.deterministic;
   static const bool acq_rel = env::choice("PATHATTN_BWD_FENCE", {"sc", "acq_rel"}, "sc") == "acq_rel";
   prm.turn_fence_acq_rel = acq_rel;
@@ -324,7 +354,7 @@ void backward(const Problem& p, const Inputs& in, const TensorView& o, const Ten
   // across heads are GQA's over the query heads of one kv head, which stay in one slice: the same bits either way.
   const auto bytes = [&](int64_t n) {
     const Problem ps = slice_problem(p, {0, n});
-    const Plan plan = make_plan(segs, static_cast<int>(n), true, pair_group, resident.pair_main ? 2 : 1);
+    const Plan plan = backward_plan(segs, n, pair_group, resident, p.D);
     Workspace ws;
     declare_backward(ws, ps, plan, backward_grid_for(resident, ps, plan));
     return ws.total();

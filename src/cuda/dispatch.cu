@@ -52,7 +52,7 @@ void run_typed(const FwdParams& p, bool gate, bool kcache, cudaStream_t stream) 
   else
     launch_prep_tc<T, D>(p, stream);
   timer.mark("prep");
-  if (p.fwd_block > 0) {  // the two-level forward's K' and block steps (docs/math.md Eq. 52, 53)
+  if (p.carry_block > 0) {  // the two-level forward's K' and block steps (docs/math.md Eq. 52, 53)
     launch_fwd_block_carry<T, D>(p, stream);
     timer.mark("blocks");
   }

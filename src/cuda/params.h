@@ -74,16 +74,18 @@ struct FwdParams {
   const SeqInfo* seqs;      // [num_seqs]
   const int* order;         // [NC] query chunks in the forward's schedule order (plan.cu)
   ChunkFactors ws;
-  // The two-level carry of the forward (docs/math.md section 8, Eq. 51-53; env PATHATTN_FWD_BLOCK): a sequence's
-  // chunks in blocks of fwd_block, the first block starting at its first chunk. A query meets the keys of its own
-  // block through K^ and a step E per chunk, as with fwd_block = 0 (off: the fields below are unused), and the keys of
-  // an earlier block through kfar, the keys carried to their block's end, with one step per block (blockstep).
-  int fwd_block;            // chunks per block, 0 = off
+  // The two-level carry (docs/math.md section 8): a sequence's chunks in blocks of carry_block, the first block
+  // starting at its first chunk; 0 = off (the fields below are unused). The forward (Eq. 51-53; env
+  // PATHATTN_FWD_BLOCK): a query meets the keys of its own block through K^ and a step E per chunk, and the keys of an
+  // earlier block through kfar, the keys carried to their block's end, with one step per block (blockstep). The
+  // backward (Eq. 54-57; env PATHATTN_BWD_BLOCK) uses the same tables and blockstep with its own block size, and
+  // its fields in BwdParams.
+  int carry_block;          // chunks per block, 0 = off
   int num_blocks;           // blocks over all sequences
-  const int* blk_of;        // [NC] the global block index of each chunk (fwd_block > 0)
+  const int* blk_of;        // [NC] the global block index of each chunk (carry_block > 0)
   const int* blk_start;     // [num_blocks] each block's first chunk
-  void* kfar;               // [NC, H, C, D]  K'_c: K^_c carried to the end of its block (Eq. 52)
-  void* blockstep;          // [num_blocks, H, D, D]  F_b = Pi_b^T - I: the query's step across a whole block (Eq. 53)
+  void* kfar;               // [NC, H, C, D]  K'_c: K^_c carried to the end of its block (Eq. 52; forward only)
+  void* blockstep;          // [num_blocks, H, D, D]  F_b = Pi_b^T - I: the step across a whole block (Eq. 53)
 };
 
 // The backward (docs/math.md Eq. 19-23 on the GPU, docs/cuda.md "Backward"): the forward's view of the inputs
@@ -122,7 +124,16 @@ struct BwdParams : FwdParams {
   const int* tasks;     // [num_tasks] (chunk * H + h), key chunks in an order where every task's predecessor
                         // in the summation order comes earlier (plan.cu)
   int num_tasks;
-  // Per resident main-kernel CTA: the key chunk carried to every later chunk start, K~_{c,m} (Eq. 18).
+  // The two-level backward (carry_block > 0; docs/math.md Eq. 54-57, cuda/bwd_blocks.h; else null): the block
+  // preprocess's prefix products and carried queries, and the far pairs' sums, which the block gradient sweep turns
+  // into dP and dQ^ (kernels/bwd_block_sweep.cuh).
+  void* sprefix;        // [NC, H, D, D]   X_m = S_m^T, S_m = P_{m-1} .. P_{s_b} (I at a block's first chunk)
+  void* qfar;           // [NC, HQ, C, D]  Q'_m = Q^_m S_m: the query carried back to its block's start (Eq. 48)
+  float* dqfar;         // [NC, HQ, C, D]  d loss / d Q'_m from the far pairs (f32, zeroed)
+  float* dpiacc;        // [num_blocks, H, D, D]  d loss / d Pi_b (Eq. 50; f32, zeroed)
+  int* count_pi;        // [num_blocks, H]  dPi_b's turns (deterministic mode)
+  // Per resident main-kernel CTA: the key chunk carried to every later chunk start, K~_{c,m} (Eq. 18); with blocks,
+  // to every level's start (cuda/bwd_blocks.h).
   void* slots;          // [num_slots, max_chunks_per_seq, C, D]
   int slot_chunks;      // max chunks of a sequence (the slot's capacity in chunks)
   // Per resident chunk-local CTA: f32 scratch tiles (kernels/bwd_local.cuh).

@@ -36,8 +36,8 @@ std::vector<Segment> sequences(const Problem& p, const Inputs& in, void* stream_
   return s;
 }
 
-void add_fwd_blocks(Plan& plan, int block) {
-  plan.fwd_block = block;
+void add_carry_blocks(Plan& plan, int block) {
+  plan.carry_block = block;
   plan.blk_of.clear();
   plan.blk_start.clear();
   if (block <= 0) return;
@@ -59,6 +59,21 @@ int fwd_block_by_count(int chunks, int group, int D) {
     if (cost < best_cost) best_cost = cost, best = b;
   }
   return best_cost <= bar ? best : 0;
+}
+
+int fwd_block_default(int chunks, int group, int D) {
+  if (D == 64 && chunks < 256) return 0;
+  return fwd_block_by_count(chunks, group, D);
+}
+
+int bwd_block_setting() {
+  static const int block = static_cast<int>(env::integer("PATHATTN_BWD_BLOCK", 0, -1, 1 << 20));
+  return block;
+}
+
+int bwd_block_for(int chunks, int D) {
+  const int setting = bwd_block_setting();
+  return setting >= 0 ? setting : fwd_block_by_count(chunks, 1, D);
 }
 
 Plan make_plan(const std::vector<Segment>& segs, int H, bool backward, int pair_group, int key_block) {

@@ -23,9 +23,10 @@ struct Plan {
   // Backward main kernel: key-chunk tasks (chunk * H + h; with key blocks, the block's first chunk) in the order CTAs
   // take them.
   std::vector<int> bwd_tasks;     // [NC * H] (backward plans only)
-  // The two-level forward (add_fwd_blocks; FwdParams::fwd_block): each sequence's chunks in blocks of fwd_block, the
-  // first starting at its first chunk; the global block index of every chunk and every block's first chunk.
-  int fwd_block = 0;
+  // The two-level carry (add_carry_blocks; FwdParams::carry_block), forward or backward: each sequence's chunks in
+  // blocks of carry_block, the first starting at its first chunk; the global block index of every chunk and every
+  // block's first chunk.
+  int carry_block = 0;
   std::vector<int> blk_of;        // [NC]
   std::vector<int> blk_start;     // [num_blocks]
 };
@@ -39,15 +40,27 @@ std::vector<Segment> sequences(const Problem& p, const Inputs& in, void* stream)
 // key_block (backward): key chunks per main-kernel task, 1, or 2 for the two-chunk kernel (kernels/bwd_main_pair.cuh:
 // a task is then the block's first chunk, blocks start at the sequence's first chunk and every second one after).
 Plan make_plan(const std::vector<Segment>& segs, int H, bool backward, int pair_group = 1, int key_block = 1);
-// The forward's block tables for blocks of `block` chunks (0: off, the tables stay empty). Pinned by
+// The block tables of the two-level carry for blocks of `block` chunks (0: off, the tables stay empty). Pinned by
 // tests/cuda/test_cuda_plan.cpp.
-void add_fwd_blocks(Plan& plan, int block);
+void add_carry_blocks(Plan& plan, int block);
 // The two-level forward's block size by count (PATHATTN_FWD_BLOCK=-1; docs/perf/notes.md "The two-level forward on
 // the GPU"), for sequences of up to `chunks` chunks, `group` query heads per kv head, head dimension D: the B that
 // minimises, per (chunk, kv head) and in C x D x D products, the query steps group ((B - 1) / 2 + chunks / (2 B)) plus
 // the block preprocess's sweep form (1 for K', D / 64 for X: the same at every B), or 0 (per chunk) where that is not
 // at least a quarter below the per-chunk steps group (chunks - 1) / 2. Counted, not measured.
 int fwd_block_by_count(int chunks, int group, int D);
+// The forward's block size when PATHATTN_FWD_BLOCK is unset. Measured on an H100 (thirtieth session, stage medians
+// of bench_fwd, main + blocks against main without): D = 128 gains from 64 chunks on (32 x 4096: 9.91 -> 9.0-9.2 ms
+// at B = 4-16; 8 x 16384: 38.3 -> 25.9-28.6) and fwd_block_by_count leaves 16 chunks per chunk (32 x 1024: a tie);
+// D = 64 loses at 64 chunks (8.03 -> 8.9-9.0 at 32 x 4096) and gains ~5% at 256 (30.8 -> 29.2-29.4 at 8 x 16384).
+// So: by count at D = 128, by count from 256 chunks at D = 64, else 0.
+int fwd_block_default(int chunks, int group, int D);
+// The two-level backward's block size (docs/math.md Eq. 54-57) for a longest sequence of `chunks` chunks: env
+// PATHATTN_BWD_BLOCK (read once), 0 (off, the default until it is measured on the GPU), B >= 1, or -1: by count, a
+// key chunk's chain steps (B - 1) / 2 + chunks / (2 B) against (chunks - 1) / 2 (fwd_block_by_count's rule with one
+// query head). Blocks run the mma.sync main kernel (kernels/bwd_main.cuh): the wgmma ones have no two-level form.
+int bwd_block_setting();
+int bwd_block_for(int chunks, int D);
 
 // The backward's pair_group for a longest sequence of `rows` tokens: about 16384 rows of pairs interleaved, at most 8
 // pairs. Measured on the H200 (docs/perf/notes.md, deterministic main kernel, H 32, D 64): at 32 x 4096, 1 / 2 / 4 / 8

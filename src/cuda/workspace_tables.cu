@@ -28,7 +28,7 @@ SharedBuffers declare_shared(Workspace& ws, const Problem& p, const Plan& plan, 
 
 FwdBlockBuffers declare_fwd_blocks(Workspace& ws, const Problem& p, const Plan& plan) {
   FwdBlockBuffers b{};
-  if (plan.fwd_block <= 0) return b;
+  if (plan.carry_block <= 0) return b;
   const std::size_t NC = plan.chunks.size(), NB = plan.blk_start.size();
   b.tables = ws.add("fwd block tables", (NC + NB) * sizeof(int));
   b.kfar = ws.add("kfar", NC * p.H * kChunk * p.D * 2);
@@ -59,6 +59,16 @@ BwdBuffers declare_backward(Workspace& ws, const Problem& p, const Plan& plan, c
   b.slots = ws.add("slots", static_cast<std::size_t>(main_slots(grid)) * plan.max_chunks * kChunk * D * 2);
   b.local = ws.overlay("local scratch", b.slots, b.slots,
                        static_cast<std::size_t>(grid.local_ctas) * kLocalTiles * kChunk * D * 4);
+  if (plan.carry_block > 0) {
+    const std::size_t NB = plan.blk_start.size();
+    b.blk_tables = ws.add("bwd block tables", (NC + NB) * sizeof(int));
+    b.sprefix = ws.add("sprefix", static_cast<std::size_t>(NC) * p.H * D * D * 2);
+    b.qfar = ws.add("qfar", q_rows * D * 2);
+    b.dqfar = ws.add("dqfar", q_rows * D * 4);
+    b.blockstep = ws.add("bwd blockstep", NB * p.H * D * D * 2);
+    b.dpiacc = ws.add("dpiacc", NB * p.H * D * D * 4);
+    b.count_pi = ws.add("count_pi", NB * p.H * 4);
+  }
   return b;
 }
 

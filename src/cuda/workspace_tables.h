@@ -18,7 +18,7 @@ struct SharedBuffers {
 // with_m: the forward's main kernel reads the chunks' M (Eq. 12); the backward recomputes it in bwd_local.
 SharedBuffers declare_shared(Workspace& ws, const Problem& p, const Plan& plan, bool f32_copies, bool with_m);
 
-// The two-level forward's buffers (plan.fwd_block > 0; else every id is -1): the block tables (blk_of then
+// The two-level forward's buffers (plan.carry_block > 0; else every id is -1): the block tables (blk_of then
 // blk_start, one int array), K' like K^, and one D x D step per block and kv head.
 struct FwdBlockBuffers {
   int tables = -1, kfar = -1, blockstep = -1;
@@ -30,6 +30,9 @@ struct BwdBuffers {
   SharedBuffers shared;
   int tasks, qhat, lse2, delta, dqacc, dkacc, dvacc, dpacc, dgacc, dgrow;
   int count_q, count_p, next_task, dohat, slots, local;
+  // The two-level backward (plan.carry_block > 0; else -1): the block tables as the forward's, and BwdParams'
+  // sprefix, qfar, dqfar, blockstep, dpiacc, count_pi.
+  int blk_tables = -1, sprefix = -1, qfar = -1, dqfar = -1, blockstep = -1, dpiacc = -1, count_pi = -1;
 };
 // Two pairs of buffers whose lives do not overlap share memory (Workspace::overlay), in the order the stages run
 // (prep, bwd_prep, bwd_main, bwd_local; launch/bwd_impl.cuh, one stream):

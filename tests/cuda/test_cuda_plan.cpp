@@ -63,20 +63,20 @@ TEST(CudaPlan, ForwardBlocksRestartAtEverySequence) {
   const std::vector<Segment> segs = {{0, 0, 1}, {0, 1, 64}, {0, 65, 65}, {0, 130, 300}, {0, 430, 192}};
   Plan pl = make_plan(segs, 2, false);
   ASSERT_EQ(pl.chunks.size(), 12u);
-  add_fwd_blocks(pl, 2);
-  EXPECT_EQ(pl.fwd_block, 2);
+  add_carry_blocks(pl, 2);
+  EXPECT_EQ(pl.carry_block, 2);
   EXPECT_EQ(pl.blk_start, (std::vector<int>{0, 1, 2, 4, 6, 8, 9, 11}));
   EXPECT_EQ(pl.blk_of, (std::vector<int>{0, 1, 2, 2, 3, 3, 4, 4, 5, 6, 6, 7}));
-  add_fwd_blocks(pl, 1);
+  add_carry_blocks(pl, 1);
   EXPECT_EQ(pl.blk_start.size(), 12u);
   for (int c = 0; c < 12; ++c) EXPECT_EQ(pl.blk_of[c], c);
-  add_fwd_blocks(pl, 0);
-  EXPECT_EQ(pl.fwd_block, 0);
+  add_carry_blocks(pl, 0);
+  EXPECT_EQ(pl.carry_block, 0);
   EXPECT_TRUE(pl.blk_of.empty() && pl.blk_start.empty());
   // Every chunk's block starts at its sequence's first chunk plus a multiple of the block size (the kernels'
   // block_start arithmetic, fwd_wgmma.cuh and fwd_block_carry.cuh, agrees with the table).
   for (int block : {1, 2, 3, 7}) {
-    add_fwd_blocks(pl, block);
+    add_carry_blocks(pl, block);
     for (int c = 0; c < 12; ++c) {
       const ChunkInfo& ci = pl.chunks[c];
       EXPECT_EQ(pl.blk_start[pl.blk_of[c]], ci.first + (c - ci.first) / block * block) << "chunk " << c << " block " << block;
@@ -94,6 +94,15 @@ TEST(CudaPlan, ForwardBlockByCount) {
   EXPECT_EQ(fwd_block_by_count(8, 1, 64), 0);
   EXPECT_EQ(fwd_block_by_count(1, 1, 64), 0);
   EXPECT_EQ(fwd_block_by_count(0, 1, 64), 0);
+}
+
+TEST(CudaPlan, ForwardBlockDefault) {
+  EXPECT_EQ(fwd_block_default(64, 1, 128), 8);    // D = 128: by count
+  EXPECT_EQ(fwd_block_default(256, 2, 128), 16);
+  EXPECT_EQ(fwd_block_default(16, 1, 128), 0);    // the count's own cut
+  EXPECT_EQ(fwd_block_default(64, 1, 64), 0);     // D = 64: off below 256 chunks (measured slower at 64)
+  EXPECT_EQ(fwd_block_default(255, 1, 64), 0);
+  EXPECT_EQ(fwd_block_default(256, 1, 64), 16);
 }
 
 TEST(CudaPlan, BackwardTasksCoverEveryChunkOnceInBlocks) {

@@ -74,6 +74,20 @@ __device__ __forceinline__ void store_acc_f32(const float (&acc)[NT][4], float* 
           make_float2(acc[nt][2 * half], acc[nt][2 * half + 1]);
 }
 
+// ... and added to what is there (plain loads and stores: the caller owns the rows; kernels/bwd_block_sweep.cuh).
+template <int NT>
+__device__ __forceinline__ void add_acc_f32(const float (&acc)[NT][4], float* g0, int64_t ld, int row0) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float2* at = reinterpret_cast<float2*>(g0 + (row0 + g + 8 * half) * ld + nt * 8 + 2 * t4);
+      const float2 v = *at;
+      *at = make_float2(v.x + acc[nt][2 * half], v.y + acc[nt][2 * half + 1]);
+    }
+}
+
 // acc = a row-major T tile's rows (accumulator layout, f32).
 template <typename T, int NT>
 __device__ __forceinline__ void load_acc(float (&acc)[NT][4], const T* s, int ld, int row0) {

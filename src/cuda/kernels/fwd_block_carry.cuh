@@ -1,5 +1,5 @@
 // The two-level forward's block preprocess (docs/math.md section 8, Eq. 52, 53; env PATHATTN_FWD_BLOCK): per kv head,
-// from the UT preprocess's K^ and E (prep_tc.cuh), for every block of fwd_block chunks
+// from the UT preprocess's K^ and E (prep_tc.cuh), for every block of carry_block chunks
 //
 //   K'_c = K^_c P_{c+1}^T ... P_{e}^T    for each chunk c of the block (e: the block's last chunk)      (Eq. 52)
 //          X <- X + X E_j  for j = c+1 .. e  (P_j^T = I + E_j),  X = K^_c's C rows
@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(128) fwd_block_carry_kernel(FwdParams p) {
   const int h = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int r0 = warp * 16 + g;  // this thread's rows of X: r0, r0 + 8
-  const int Bk = p.fwd_block;
+  const int Bk = p.carry_block;
   const T* wsE = static_cast<const T*>(p.ws.step);
 
   // The item (cuda/fwd_blocks.h): which chunks' E it steps through, in which order, and whether as X E (keys) or
@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(2 * D) fwd_block_sweep_kernel(FwdParams p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int s0 = p.blk_start[blk];
   const ChunkInfo ci = p.chunks[s0];
-  const BlockSweepItem it = block_sweep_item(s0, ci.first, ci.last, p.fwd_block);
+  const BlockSweepItem it = block_sweep_item(s0, ci.first, ci.last, p.carry_block);
   if (it.skip) return;
   const T* wsE = static_cast<const T*>(p.ws.step);
   auto issue = [&](int st, int j) {  // E_j (D rows) into stage st, as C-row tiles

@@ -61,10 +61,10 @@ struct FwdWgSmem {
 };
 
 // tm_k, tm_e: the workspace's K^ and E as [rows, D] (tensor_maps.h, 64 x 64 boxes); tm_v: the input v as
-// [B, T, H, D] (64 x 64 boxes); tm_kf, tm_f: the two-level forward's K' and block steps F (p.fwd_block > 0), as K^
+// [B, T, H, D] (64 x 64 boxes); tm_kf, tm_f: the two-level forward's K' and block steps F (p.carry_block > 0), as K^
 // and E.
 //
-// Two-level (p.fwd_block = B > 0; docs/math.md Eq. 51-53): the chunks of the query's own block are met as above;
+// Two-level (p.carry_block = B > 0; docs/math.md Eq. 51-53): the chunks of the query's own block are met as above;
 // a chunk c of an earlier block is "far": its logits are Q~ K'_c^T, with Q~ carried to the end of c's block, and
 // Q~ steps only after the block's first chunk, by F (Q~ <- Q~ + Q~ F^T = Q~ Pi). Nothing else changes: the stages,
 // barriers and the E slot carry K' for K^ and F for E.
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : (kOneE ? 2 : 1))
   };
   // The two-level forward's schedule (cuda/fwd_blocks.h): far chunks, and where the query steps (all chunks near,
   // a step after each but the first, when it is off).
-  const FwdBlockView bv = FwdBlockView::of(first, gc, p.fwd_block);
+  const FwdBlockView bv = FwdBlockView::of(first, gc, p.carry_block);
   auto stage_tile = [&](int s, int i) { return tile(s * L::kStage + i); };
   constexpr int kEBar = 2;  // kOneE: the E slot's barrier
   // E tile i (= [n half y][k half x] at y * KH + x) of the chunk in stage s.

@@ -8,12 +8,14 @@
 
 #include "common/env.h"
 #include "cuda/check.h"
+#include "cuda/kernels/bwd_block_sweep.cuh"
 #include "cuda/kernels/bwd_local.cuh"
 #include "cuda/kernels/bwd_main.cuh"
 #include "cuda/kernels/bwd_main_pair.cuh"
 #include "cuda/kernels/bwd_main_wide.cuh"
 #include "cuda/kernels/bwd_prep.cuh"
 #include "cuda/launch/launch.h"
+#include "cuda/plan.h"
 #include "cuda/tensor_maps.h"
 
 namespace pathattn::cuda {
@@ -40,9 +42,11 @@ inline int resident(K kernel, int threads, int bytes, const char* name) {
 // column-split wgmma kernel (bwd_main_wide.cuh, notes.md v13: on an H100, 131.8 / 96.3 -> 120.1 / 78.1 ms at
 // 32 x 4096, H 16), unless PATHATTN_BWD_MAIN=mma asks for the mma.sync one (bwd_main.cuh) at both D, for
 // side-by-side timing. D = 128 also runs the mma.sync kernel where the wgmma one's shared memory (which grows with
-// the gate's per-head column sums) does not fit the device.
+// the gate's per-head column sums) does not fit the device. The two-level backward (PATHATTN_BWD_BLOCK, plan.h
+// bwd_block_setting) has only the mma.sync form so far: any setting but 0 runs it.
 inline bool mma_main_forced() {
-  static const bool mma = env::choice("PATHATTN_BWD_MAIN", {"wgmma", "mma"}, "wgmma") == "mma";
+  static const bool mma =
+      env::choice("PATHATTN_BWD_MAIN", {"wgmma", "mma"}, "wgmma") == "mma" || bwd_block_setting() != 0;
   return mma;
 }
 inline bool fits_smem(int bytes) {
@@ -105,6 +109,15 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
     CUDA_CHECK_LAUNCH("bwd_prep_kernel");
   }
   mark("bwd_prep");
+  if (p.carry_block > 0) {  // the two-level backward's block preprocess (Eq. 54, 55): S_m, Q'_m, F
+    if (grid.pair_main || grid.wide_main)
+      throw RuntimeError("pathattn: the two-level backward runs the mma.sync main kernel only (bwd_block_setting)");
+    constexpr int bytes = BwdBlockSmem<D>::kPrepBytes;
+    CUDA_CHECK(cudaFuncSetAttribute(bwd_block_prep_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    bwd_block_prep_kernel<T, D><<<dim3(p.num_blocks, p.H), 2 * D, bytes, stream>>>(p);
+    CUDA_CHECK_LAUNCH("bwd_block_prep_kernel");
+    mark("bwd_blocks");
+  }
   if (grid.pair_main || grid.wide_main) {
     // The tiles the wgmma kernels stream, as [rows, D] matrices read in 64 x 64 boxes (128-byte swizzle).
     const int64_t q_rows = static_cast<int64_t>(p.num_chunks) * p.HQ * kChunk;
@@ -134,6 +147,13 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
     CUDA_CHECK_LAUNCH("bwd_main_kernel");
   }
   mark("bwd_main");
+  if (p.carry_block > 0) {  // dPi and dQ' back into dP and dQ^ (Eq. 56, 57), before the chunk-local kernel reads them
+    constexpr int bytes = BwdBlockSmem<D>::kGradBytes;
+    CUDA_CHECK(cudaFuncSetAttribute(bwd_block_grad_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    bwd_block_grad_kernel<T, D><<<dim3(p.num_blocks, p.H), 2 * D, bytes, stream>>>(p);
+    CUDA_CHECK_LAUNCH("bwd_block_grad_kernel");
+    mark("bwd_bgrad");
+  }
   {
     constexpr int bytes = bwd_local_smem_bytes<D>();
     const auto kernel = bwd_launch_detail::local_instance<T, D, kGate>();

@@ -27,7 +27,7 @@ bool fwd128_is(const char* name) {
 }
 
 // The two-level forward's block preprocess (kernels/fwd_block_carry.cuh): K' and the block steps F, after the UT
-// preprocess and before the main kernel (dispatch.cu, p.fwd_block > 0).
+// preprocess and before the main kernel (dispatch.cu, p.carry_block > 0).
 // Its two forms: "sweep" (the default: one CTA per block and kv head, each E read once) and "items" (one CTA per
 // chunk's K' and per 64 rows of a block's F: more parallel, more products); env PATHATTN_FWD_BLOCK_CARRY.
 template <typename T, int D>
@@ -58,7 +58,7 @@ void launch_fwd_wgmma(const FwdParams& p, cudaStream_t stream) {
   const CUtensorMap tm_e = tensor_map_2d(p.ws.step, erows, D, D, 64, 64, "the E workspace");
   const CUtensorMap tm_v = tensor_map_bthd(p.v, p.B, p.T, p.H, D, p.sv.b, p.sv.t, p.sv.h, 64, 64, "v");
   // Without blocks the far maps repeat K^ and E (never read: every chunk is near).
-  const bool blocks_on = p.fwd_block > 0;
+  const bool blocks_on = p.carry_block > 0;
   const CUtensorMap tm_kf = blocks_on ? tensor_map_2d(p.kfar, krows, D, D, 64, 64, "the K' workspace") : tm_k;
   const CUtensorMap tm_f =
       blocks_on ? tensor_map_2d(p.blockstep, static_cast<int64_t>(p.num_blocks) * p.H * D, D, D, 64, 64,
