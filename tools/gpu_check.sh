@@ -44,7 +44,7 @@
 #          fwdblock share one loop over environment assignments
 #   bwdblock: the two-level backward (PATHATTN_BWD_BLOCK; kernels/bwd_block_sweep.cuh and the levels of bwd_main.cuh,
 #          docs/math.md Eq. 54-57): test_cuda_backward (not Long) with each of BWD_BLOCK_VARIANTS (default: blocks of
-#          1 and 3 deterministic, 2 in the fast mode), the Long case (T = 16384) with blocks of 8, memcheck + racecheck
+#          1 and 3 deterministic, 2 in the fast mode, and the per-chunk mma.sync kernel), the Long case (T = 16384) with blocks of 8, memcheck + racecheck
 #          on small cases with blocks of 2, then bench_fwd --bwd at both D with stage times for each of
 #          BWD_BLOCK_BENCH (default: the per-chunk mma.sync kernel, the default wgmma kernels, blocks of 4, 8, 16 and
 #          by count); no other test
@@ -670,7 +670,7 @@ if [ "$MODE" = bwd ]; then
 fi
 
 if [ "$MODE" = bwdblock ]; then
-  for v in ${BWD_BLOCK_VARIANTS:-PATHATTN_BWD_BLOCK=1 PATHATTN_BWD_BLOCK=3 PATHATTN_BWD_BLOCK=2,PATHATTN_TEST_BWD_FAST=1}; do
+  for v in ${BWD_BLOCK_VARIANTS:-PATHATTN_BWD_BLOCK=1 PATHATTN_BWD_BLOCK=3 PATHATTN_BWD_BLOCK=2,PATHATTN_TEST_BWD_FAST=1 PATHATTN_BWD_MAIN=mma}; do
     ( export ${v//,/ }; tests_bwd "${v//[=,]/_}" --gtest_filter=-Long/* )
   done
   PATHATTN_BWD_BLOCK=8 tests_bwd block8_long --gtest_filter='Long/*'
