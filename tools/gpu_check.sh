@@ -44,7 +44,8 @@
 #          fwdblock share one loop over environment assignments
 #   bwdblock: the two-level backward (PATHATTN_BWD_BLOCK; kernels/bwd_block_sweep.cuh and the levels of bwd_main.cuh,
 #          docs/math.md Eq. 54-57): test_cuda_backward (not Long) with each of BWD_BLOCK_VARIANTS (default: blocks of
-#          1 and 3 deterministic, 2 in the fast mode, and the per-chunk mma.sync kernel), the Long case (T = 16384) with blocks of 8, memcheck + racecheck
+#          1 and 3 deterministic, 2 in the fast mode, and the per-chunk mma.sync kernel), the Long case (T = 16384) with
+#          blocks of 8 (BWD_BLOCK_LONG=0 leaves it out), memcheck + racecheck
 #          on small cases with blocks of 2, then bench_fwd --bwd at both D with stage times for each of
 #          BWD_BLOCK_BENCH (default: the per-chunk mma.sync kernel, the default wgmma kernels, blocks of 4, 8, 16 and
 #          by count); no other test
@@ -673,7 +674,7 @@ if [ "$MODE" = bwdblock ]; then
   for v in ${BWD_BLOCK_VARIANTS:-PATHATTN_BWD_BLOCK=1 PATHATTN_BWD_BLOCK=3 PATHATTN_BWD_BLOCK=2,PATHATTN_TEST_BWD_FAST=1 PATHATTN_BWD_MAIN=mma}; do
     ( export ${v//,/ }; tests_bwd "${v//[=,]/_}" --gtest_filter=-Long/* )
   done
-  PATHATTN_BWD_BLOCK=8 tests_bwd block8_long --gtest_filter='Long/*'
+  [ "${BWD_BLOCK_LONG:-1}" = 1 ] && PATHATTN_BWD_BLOCK=8 tests_bwd block8_long --gtest_filter='Long/*'
   PATHATTN_BWD_BLOCK=2 sanitize bwd_block2 build-gpu/tests/cuda/test_cuda_backward "$SMALL_BWD64:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16" 300
   for v in ${BWD_BLOCK_BENCH:-PATHATTN_BWD_MAIN=mma PATHATTN_BWD_BLOCK=0 PATHATTN_BWD_BLOCK=4 PATHATTN_BWD_BLOCK=8 PATHATTN_BWD_BLOCK=16 PATHATTN_BWD_BLOCK=-1}; do
     env ${v//,/ } PATHATTN_CUDA_PROFILE=1 timeout 200 build-gpu/bench/cuda/bench_fwd --bwd --only 0 --iters 3 > "$OUT/bench_bwd_$v.log" 2>&1
