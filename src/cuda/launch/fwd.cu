@@ -28,7 +28,7 @@ bool fwd128_is(const char* name) {
 
 // The two-level forward's block preprocess (kernels/fwd_block_carry.cuh): K' and the block steps F, after the UT
 // preprocess and before the main kernel (dispatch.cu, p.carry_block > 0).
-// Its two forms: "sweep" (the default: one CTA per block, kv head and 64 rows of X, each E read once per CTA) and "items" (one CTA per
+// Its two forms: "sweep" (the default: one CTA per block and kv head, each E read once) and "items" (one CTA per
 // chunk's K' and per 64 rows of a block's F: more parallel, more products); env PATHATTN_FWD_BLOCK_CARRY.
 template <typename T, int D>
 void launch_fwd_block_carry(const FwdParams& p, cudaStream_t stream) {
@@ -44,7 +44,7 @@ void launch_fwd_block_carry(const FwdParams& p, cudaStream_t stream) {
     constexpr int bytes = BlockSweepSmem<D>::kBytes;
     auto kernel = fwd_block_sweep_kernel<T, D>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    kernel<<<dim3(static_cast<unsigned>(p.num_blocks), static_cast<unsigned>(p.H), D / 64), 128, bytes, stream>>>(p);
+    kernel<<<dim3(static_cast<unsigned>(p.num_blocks), static_cast<unsigned>(p.H)), 2 * D, bytes, stream>>>(p);
     CUDA_CHECK_LAUNCH("fwd_block_sweep_kernel");
   }
 }
