@@ -39,9 +39,10 @@
 #          test_cuda_forward, memcheck on its D = 128 cases, racecheck on a few small ones, with each; bench_fwd
 #          --only 128 with the older mma.sync kernel (PATHATTN_FWD128=mma), twoe and the default
 #   fwdblock: the two-level forward (PATHATTN_FWD_BLOCK; kernels/fwd_block_carry.cuh): the gpu tests as in test mode
-#          (blocks of 1-3 among them), test_cuda_forward with blocks of 4 and 8 (FWD_VARIANTS), sanitizers on small
-#          cases, bench_fwd at both D with stage times without blocks and with 2-16 (FWD_BENCH_VARIANTS); fwd128 and
-#          fwdblock share one loop over environment assignments
+#          (blocks of 1-3 among them), test_cuda_forward with blocks of 4 (the split sweep) and 8 (items)
+#          (FWD_VARIANTS), sanitizers on small cases, bench_fwd at both D with stage times without blocks, with 8, 16
+#          and by count, each also with the split sweep (FWD_BENCH_VARIANTS); fwd128 and fwdblock share one loop over
+#          environment assignments
 #   bwdblock: the two-level backward (PATHATTN_BWD_BLOCK; kernels/bwd_block_sweep.cuh and the levels of bwd_main.cuh,
 #          docs/math.md Eq. 54-57): test_cuda_backward (not Long) with each of BWD_BLOCK_VARIANTS (default: blocks of
 #          1 and 3 deterministic, 2 in the fast mode, and the per-chunk mma.sync kernel), the Long case (T = 16384) with
@@ -446,17 +447,17 @@ if [ "$MODE" = fwd128 ] || [ "$MODE" = fwdblock ]; then
   #   default (onee is the default kernel's name, the variable takes no other: src/common/env.h).
   # fwdblock: the two-level forward (PATHATTN_FWD_BLOCK, docs/math.md Eq. 51-53): first all gpu tests as in test
   #   mode (among them test_cuda_forward with blocks of 1-3, ctest entries), then the forward tests with blocks of 4
-  #   and 8 (8 with the preprocess's item form), the sanitizers on small cases of both D that have several blocks, then
-  #   bench_fwd at both D (stage times: the "blocks" stage is the block preprocess) without blocks, with 2, 4, 8 and
-  #   16, by count (-1), and 8 with the item form.
+  #   (the split sweep) and 8 (the item form), the sanitizers on small cases of both D that have several blocks, then
+  #   bench_fwd at both D (stage times: the "blocks" stage is the block preprocess) without blocks, with 8, 16 and by
+  #   count (-1), each with the sweep (the default) and the split sweep. (2, 4 and the item form: thirtieth session.)
   if [ "$MODE" = fwd128 ]; then
     test_variants=${FWD_VARIANTS:-PATHATTN_FWD128=onee PATHATTN_FWD128=twoe}
     bench_variants=${FWD_BENCH_VARIANTS:-PATHATTN_FWD128=mma PATHATTN_FWD128=twoe PATHATTN_FWD128=onee}
     mem_filter='*D128*' race_filter='*T65_H2_HQ2_D128*:*T65_H1_HQ4_D128*gate*:*T331_H2_HQ4_D128*varlen7*'
     bench_args=(--only 128)
   else
-    test_variants=${FWD_VARIANTS:-PATHATTN_FWD_BLOCK=4 PATHATTN_FWD_BLOCK=8,PATHATTN_FWD_BLOCK_CARRY=items}
-    bench_variants=${FWD_BENCH_VARIANTS:-PATHATTN_FWD_BLOCK=0 PATHATTN_FWD_BLOCK=2 PATHATTN_FWD_BLOCK=4 PATHATTN_FWD_BLOCK=8 PATHATTN_FWD_BLOCK=16 PATHATTN_FWD_BLOCK=-1 PATHATTN_FWD_BLOCK=8,PATHATTN_FWD_BLOCK_CARRY=items}
+    test_variants=${FWD_VARIANTS:-PATHATTN_FWD_BLOCK=4,PATHATTN_FWD_BLOCK_CARRY=split PATHATTN_FWD_BLOCK=8,PATHATTN_FWD_BLOCK_CARRY=items}
+    bench_variants=${FWD_BENCH_VARIANTS:-PATHATTN_FWD_BLOCK=0 PATHATTN_FWD_BLOCK=8 PATHATTN_FWD_BLOCK=16 PATHATTN_FWD_BLOCK=-1 PATHATTN_FWD_BLOCK=8,PATHATTN_FWD_BLOCK_CARRY=split PATHATTN_FWD_BLOCK=16,PATHATTN_FWD_BLOCK_CARRY=split PATHATTN_FWD_BLOCK=-1,PATHATTN_FWD_BLOCK_CARRY=split}
     mem_filter='*T1000*:*T331_H2_HQ4*varlen7*:*T200_H1_HQ4*gate*'
     race_filter='*T331_H2_HQ4_D64*varlen7*:*T200_H1_HQ4_D128*gate*:*B1_T1000_H2_HQ2_D64*bf16'
     bench_args=(--only 0 --iters 10)

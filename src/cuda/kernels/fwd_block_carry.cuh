@@ -141,29 +141,33 @@ __global__ void __launch_bounds__(128) fwd_block_carry_kernel(FwdParams p) {
   }
 }
 
-// The sweep form (the default; cuda/fwd_blocks.h BlockSweepItem): one CTA per (block, kv head) walks the block's
-// chunks from its last to its first with X = R_c^T (D x D, f32 registers: NW = D / 16 warps of 16 rows each):
-//   K'_c = K^_c X^T          (X through shared memory in the tensor-core dtype as the B operand; warp w: K^'s rows
-//                             16 (w % 4).., columns 64 (w / 4)..)                                          (Eq. 52)
+// The sweep form (the default; cuda/fwd_blocks.h BlockSweepItem): a CTA per (block, kv head) walks the block's
+// chunks from its last to its first with X = R_c^T, R_c = P_{c+1}^T .. P_e^T (R_e = I), in f32 registers (warp w: 16
+// rows of X):
+//   K'_c = K^_c X^T          (X through shared memory in the tensor-core dtype as the B operand; the 4 warps of a
+//                             64-row tile of X form K''s 64 columns of those rows, warp w K^'s rows 16 (w % 4)..)  (Eq. 52)
 //   X <- X + X E_c^T          (E_c double-buffered by cp.async, E_{c-1} loading meanwhile)
 // and after the first chunk F = X^T - I (Eq. 53). Per chunk one D x D x D and one C x D x D product, each E read once
 // per block; the items' form costs (B - 1) / 2 C x D x D products per chunk and D / 64 per chunk for F, and reads an
-// E for each.
-template <int D>
+// E for each. X's rows evolve independently, so the CTA may hold all D / 64 row tiles (kTiles = D / 64, 2 D threads:
+// the default, measured) or one (kTiles = 1, grid.z = D / 64, PATHATTN_FWD_BLOCK_CARRY=split: at D = 128 twice the
+// CTAs, each half the chain, for a stage that measured latency-bound, thirtieth session; unrun). At D = 64 both are
+// one tile.
+template <int D, int kTiles>
 struct BlockSweepSmem {
   static constexpr int LD = D + 8;
-  static constexpr int kTile = D * LD;            // one D x D matrix, rows padded
-  static constexpr int kBytes = 3 * kTile * 2;    // X, then two stages of E
+  static constexpr int kTile = D * LD;                      // one D x D matrix, rows padded
+  static constexpr int kBytes = (kTiles * 64 * LD + 2 * kTile) * 2;  // X's rows, then two stages of E
 };
 
-template <typename T, int D>
-__global__ void __launch_bounds__(2 * D) fwd_block_sweep_kernel(FwdParams p) {
+template <typename T, int D, int kTiles>
+__global__ void __launch_bounds__(128 * kTiles) fwd_block_sweep_kernel(FwdParams p) {
   using namespace fwd_detail;
-  using S = BlockSweepSmem<D>;
+  using S = BlockSweepSmem<D, kTiles>;
   constexpr int C = kChunk, LD = S::LD, NT = D / 8, KD = D / 16;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sX = reinterpret_cast<T*>(smem_raw);
-  auto sE = [&](int st) { return sX + (1 + st) * S::kTile; };
+  auto sE = [&](int st) { return sX + kTiles * 64 * LD + st * S::kTile; };
 
   const int h = blockIdx.y, blk = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
@@ -179,13 +183,14 @@ __global__ void __launch_bounds__(2 * D) fwd_block_sweep_kernel(FwdParams p) {
     cp_async_commit();
   };
 
-  // X = I: this warp's rows 16 warp.. of the D x D matrix.
+  // X = I: this warp's rows 64 tile + 16 (warp % 4).. of the D x D matrix, rows 16 warp.. of the CTA's (xr0).
+  const int tile = (kTiles == D / 64 ? 0 : blockIdx.z * kTiles) + warp / 4;  // (one CTA: grid.z = 1)
   const int xr0 = warp * 16 + g;
   float x[NT][4];
-  identity_rows(x, 64 * (warp / 4));
+  identity_rows(x, 64 * tile);
 
-  // The K' product's share of this warp: K^'s rows 16 (warp % 4).., columns 64 (warp / 4).. (D = 64: all of them).
-  const int kr0 = (warp % 4) * 16 + g, kc0 = 64 * (warp / 4);
+  // The K' product's share of this warp: K^'s rows 16 (warp % 4).., columns 64 tile.. (D = 64: all of them).
+  const int kr0 = (warp % 4) * 16 + g, kc0 = 64 * tile;
   if (it.steps_after(it.e)) issue(0, it.e);
   for (int c = it.e, i = 0; c >= it.s; --c, ++i) {
     const bool next = c - 1 >= it.s && it.steps_after(c - 1);
@@ -203,7 +208,7 @@ __global__ void __launch_bounds__(2 * D) fwd_block_sweep_kernel(FwdParams p) {
         *reinterpret_cast<uint32_t*>(sX + (xr0 + 8 * half) * LD + nt * 8 + 2 * t4) =
             TypeTraits<T>::pack(x[nt][2 * half], x[nt][2 * half + 1]);
     __syncthreads();  // X stored by every warp, E_c landed for every warp
-    {  // K'_c = K^_c X^T (2 D threads: 4 warps per 64 columns of K')
+    {  // K'_c = K^_c X^T (4 warps per 64 columns of K', those of their rows of X)
       const T* kh = static_cast<const T*>(p.ws.khat) + ((int64_t)c * p.H + h) * C * D;
       float kf[NT][4];
 #pragma unroll
@@ -214,7 +219,7 @@ __global__ void __launch_bounds__(2 * D) fwd_block_sweep_kernel(FwdParams p) {
       to_a_frags<T, NT>(kf, ka, 1.f);
       float out[8][4];
       zero(out);
-      gemm_nt<T, 8, KD, false>(out, ka, sX + kc0 * LD, LD);
+      gemm_nt<T, 8, KD, false>(out, ka, sX + (warp / 4) * 64 * LD, LD);
       T* kfar = static_cast<T*>(p.kfar) + ((int64_t)c * p.H + h) * C * D;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
@@ -232,7 +237,7 @@ __global__ void __launch_bounds__(2 * D) fwd_block_sweep_kernel(FwdParams p) {
   }
 
   if (it.need_f)  // F_b = Pi_b^T - I, Pi_b = X
-    store_block_step(static_cast<T*>(p.blockstep) + ((int64_t)blk * p.H + h) * D * D, x, 64 * (warp / 4));
+    store_block_step(static_cast<T*>(p.blockstep) + ((int64_t)blk * p.H + h) * D * D, x, 64 * tile);
 }
 
 }  // namespace pathattn::cuda

@@ -9,6 +9,7 @@
 // session" and "Forward at D = 128 on wgmma"). For the A/B of tools/gpu_check.sh fwd128, PATHATTN_FWD128=twoe
 // selects the two-E-slot instances and PATHATTN_FWD128=mma the mma.sync kernel, kernels/fwd.cuh.
 #include <string>
+#include <type_traits>
 
 #include "common/env.h"
 #include "cuda/check.h"
@@ -28,12 +29,13 @@ bool fwd128_is(const char* name) {
 
 // The two-level forward's block preprocess (kernels/fwd_block_carry.cuh): K' and the block steps F, after the UT
 // preprocess and before the main kernel (dispatch.cu, p.carry_block > 0).
-// Its two forms: "sweep" (the default: one CTA per block and kv head, each E read once) and "items" (one CTA per
-// chunk's K' and per 64 rows of a block's F: more parallel, more products); env PATHATTN_FWD_BLOCK_CARRY.
+// Its forms: "sweep" (the default: one CTA per block and kv head, each E read once), "split" (the same with one CTA
+// per 64 rows of X: D / 64 CTAs per block; at D = 64 the sweep itself) and "items" (one CTA per chunk's K' and per 64
+// rows of a block's F: more parallel, more products); env PATHATTN_FWD_BLOCK_CARRY.
 template <typename T, int D>
 void launch_fwd_block_carry(const FwdParams& p, cudaStream_t stream) {
-  static const bool items_form = env::choice("PATHATTN_FWD_BLOCK_CARRY", {"sweep", "items"}, "sweep") == "items";
-  if (items_form) {
+  static const std::string form = env::choice("PATHATTN_FWD_BLOCK_CARRY", {"sweep", "split", "items"}, "sweep");
+  if (form == "items") {
     const int64_t items = static_cast<int64_t>(p.num_chunks) + static_cast<int64_t>(p.num_blocks) * (D / 64);
     constexpr int bytes = BlockCarrySmem<D>::kBytes;
     auto kernel = fwd_block_carry_kernel<T, D>;
@@ -41,11 +43,19 @@ void launch_fwd_block_carry(const FwdParams& p, cudaStream_t stream) {
     kernel<<<dim3(static_cast<unsigned>(items), static_cast<unsigned>(p.H)), 128, bytes, stream>>>(p);
     CUDA_CHECK_LAUNCH("fwd_block_carry_kernel");
   } else {
-    constexpr int bytes = BlockSweepSmem<D>::kBytes;
-    auto kernel = fwd_block_sweep_kernel<T, D>;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    kernel<<<dim3(static_cast<unsigned>(p.num_blocks), static_cast<unsigned>(p.H)), 2 * D, bytes, stream>>>(p);
-    CUDA_CHECK_LAUNCH("fwd_block_sweep_kernel");
+    const auto run = [&](auto tiles_c) {
+      constexpr int kTiles = decltype(tiles_c)::value;
+      constexpr int bytes = BlockSweepSmem<D, kTiles>::kBytes;
+      auto kernel = fwd_block_sweep_kernel<T, D, kTiles>;
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+      const dim3 grid(static_cast<unsigned>(p.num_blocks), static_cast<unsigned>(p.H), D / 64 / kTiles);
+      kernel<<<grid, 128 * kTiles, bytes, stream>>>(p);
+      CUDA_CHECK_LAUNCH("fwd_block_sweep_kernel");
+    };
+    if (form == "split")
+      run(std::integral_constant<int, 1>{});
+    else
+      run(std::integral_constant<int, D / 64>{});
   }
 }
 
