@@ -44,12 +44,13 @@
 #          and by count, each also with the split sweep (FWD_BENCH_VARIANTS); fwd128 and fwdblock share one loop over
 #          environment assignments
 #   bwdblock: the two-level backward (PATHATTN_BWD_BLOCK; kernels/bwd_block_sweep.cuh and the levels of bwd_main.cuh,
-#          docs/math.md Eq. 54-57): test_cuda_backward (not Long) with each of BWD_BLOCK_VARIANTS (default: blocks of
+#          docs/math.md Eq. 54-57): the gpu tests as in test mode (SKIP_TESTS=1 skips them; the backward with blocks
+#          of 1-3 among them), test_cuda_backward (not Long) with each of BWD_BLOCK_VARIANTS (default: blocks of
 #          1 and 3 deterministic, 2 in the fast mode, and the per-chunk mma.sync kernel), the Long case (T = 16384) with
 #          blocks of 8 (BWD_BLOCK_LONG=0 leaves it out), memcheck + racecheck
 #          on small cases with blocks of 2, then bench_fwd --bwd at both D with stage times for each of
 #          BWD_BLOCK_BENCH (default: the per-chunk mma.sync kernel, the default wgmma kernels, blocks of 4, 8, 16 and
-#          by count); no other test
+#          by count)
 #   model: only the model's bench_step
 #   turns: the deterministic turns' cost in the D = 64 main backward: test_cuda_backward (not Long) and its
 #          sanitizers on small cases and the determinism tests (SKIP_TESTS=1 skips them), then bench_fwd --bwd --only 64
@@ -249,7 +250,7 @@ spill_map() {
 spill_map build-gpu
 
 if [ "$MODE" = all ] || [ "$MODE" = test ] || [ "$MODE" = quick ] || [ "$MODE" = ncu ] || [ "$MODE" = bwd ] ||
-   [ "$MODE" = fence ] || [ "$MODE" = fwdblock ] || { [ "$MODE" = ab ] && [ "${AB_TESTS:-0}" = 1 ]; }; then
+   [ "$MODE" = fence ] || [ "$MODE" = fwdblock ] || [ "$MODE" = bwdblock ] || { [ "$MODE" = ab ] && [ "${AB_TESTS:-0}" = 1 ]; }; then
   t0=$(date +%s)
   if [ "${SKIP_TESTS:-0}" != 1 ]; then
   EXCL=(); [ "${GPU_SKIP_LONG:-0}" = 1 ] && EXCL=(-E 'Long/')
