@@ -152,6 +152,18 @@ Support supports(const Problem& p, const Inputs& in, bool /*backward: same suppo
 
 namespace {
 
+// The two-level carry's tables (blk_of, then blk_start: one upload) and FwdParams' block fields, forward and backward
+// alike (plan.carry_block > 0).
+void fill_blocks(FwdParams& prm, Workspace& ws, int tables_id, const Plan& plan, cudaStream_t stream) {
+  std::vector<int> tables(plan.blk_of);
+  tables.insert(tables.end(), plan.blk_start.begin(), plan.blk_start.end());
+  ws.upload(tables_id, tables.data(), tables.size() * sizeof(int), stream);
+  prm.carry_block = plan.carry_block;
+  prm.num_blocks = static_cast<int>(plan.blk_start.size());
+  prm.blk_of = ws.ptr<const int>(tables_id);
+  prm.blk_start = prm.blk_of + plan.blk_of.size();
+}
+
 // The two-level forward's block size setting (docs/math.md Eq. 51-53; FwdParams::carry_block): env PATHATTN_FWD_BLOCK,
 // 0 (off), B >= 1, or -1: by count for the call's longest sequence (fwd_block_by_count); unset, plan.cu's
 // fwd_block_default (measured). B = 1 takes the far path for every earlier chunk (K' = K^, F = E: the per-chunk
@@ -193,13 +205,7 @@ void forward_heads(const Problem& p, const Inputs& in, const ForwardOutputs& out
   prm.kcache = want_kcache ? out.kcache.data : nullptr;
   if (want_kcache) prm.skc = strides_of(out.kcache);
   if (plan.carry_block > 0) {
-    std::vector<int> tables(plan.blk_of);
-    tables.insert(tables.end(), plan.blk_start.begin(), plan.blk_start.end());
-    ws.upload(blocks.tables, tables.data(), tables.size() * sizeof(int), stream);
-    prm.carry_block = plan.carry_block;
-    prm.num_blocks = static_cast<int>(plan.blk_start.size());
-    prm.blk_of = ws.ptr<const int>(blocks.tables);
-    prm.blk_start = prm.blk_of + NC;
+    fill_blocks(prm, ws, blocks.tables, plan, stream);
     prm.kfar = ws.ptr<void>(blocks.kfar);
     prm.blockstep = ws.ptr<void>(blocks.blockstep);
   }
@@ -269,12 +275,7 @@ void backward_heads(const Problem& p, const Inputs& in, const TensorView& o, con
   ws.upload(b.tasks, plan.bwd_tasks.data(), plan.bwd_tasks.size() * sizeof(int), stream);
   for (int zeroed : {b.dqacc, b.dpacc, b.count_q, b.count_p, b.next_task}) ws.zero(zeroed, stream);
   if (p.has_gate) ws.zero(b.dgrow, stream);
-  if (plan.carry_block > 0) {
-    std::vector<int> tables(plan.blk_of);
-    tables.insert(tables.end(), plan.blk_start.begin(), plan.blk_start.end());
-    ws.upload(b.blk_tables, tables.data(), tables.size() * sizeof(int), stream);
-    for (int zeroed : {b.dqfar, b.dpiacc, b.count_pi}) ws.zero(zeroed, stream);
-  }
+  if (plan.carry_block > 0) for (int zeroed : {b.dqfar, b.dpiacc, b.count_pi}) ws.zero(zeroed, stream);
   prm.dout = dout.data;
   prm.sdo = strides_of(dout);
   prm.dlse = dlse.defined() ? static_cast<const float*>(dlse.data) : nullptr;
@@ -311,10 +312,7 @@ void backward_heads(const Problem& p, const Inputs& in, const TensorView& o, con
   prm.slot_chunks = plan.max_chunks;
   prm.local_scratch = ws.ptr<float>(b.local);
   if (plan.carry_block > 0) {
-    prm.carry_block = plan.carry_block;
-    prm.num_blocks = static_cast<int>(plan.blk_start.size());
-    prm.blk_of = ws.ptr<const int>(b.blk_tables);
-    prm.blk_start = prm.blk_of + NC;
+    fill_blocks(prm, ws, b.blk_tables, plan, stream);
     prm.blockstep = ws.ptr<void>(b.blockstep);
     prm.sprefix = ws.ptr<void>(b.sprefix);
     prm.qfar = ws.ptr<void>(b.qfar);

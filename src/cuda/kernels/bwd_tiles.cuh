@@ -62,30 +62,30 @@ __device__ __forceinline__ void store_acc_swz(const float (&acc)[NT][4], T* tile
   store_acc_at<T>(acc, [&](int r, int c) { return tile + fwd_detail::swz<true>(r, col0 + c, 64); }, row0, scale);
 }
 
-// The same in f32 (plain stores: the caller owns the rows).
-template <int NT>
-__device__ __forceinline__ void store_acc_f32(const float (&acc)[NT][4], float* g0, int64_t ld, int row0) {
+// The same in f32, through f(at, v) for each pair of columns: v = the accumulator's (col, col + 1), at = their place
+// in the row-major f32 tile (plain loads and stores: the caller owns the rows).
+template <int NT, typename F>
+__device__ __forceinline__ void for_acc_f32(const float (&acc)[NT][4], float* g0, int64_t ld, int row0, F f) {
   const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
 #pragma unroll
   for (int half = 0; half < 2; ++half)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
-      *reinterpret_cast<float2*>(g0 + (row0 + g + 8 * half) * ld + nt * 8 + 2 * t4) =
-          make_float2(acc[nt][2 * half], acc[nt][2 * half + 1]);
+      f(reinterpret_cast<float2*>(g0 + (row0 + g + 8 * half) * ld + nt * 8 + 2 * t4),
+        make_float2(acc[nt][2 * half], acc[nt][2 * half + 1]));
 }
-
-// ... and added to what is there (plain loads and stores: the caller owns the rows; kernels/bwd_block_sweep.cuh).
+// ... stored,
+template <int NT>
+__device__ __forceinline__ void store_acc_f32(const float (&acc)[NT][4], float* g0, int64_t ld, int row0) {
+  for_acc_f32(acc, g0, ld, row0, [](float2* at, float2 v) { *at = v; });
+}
+// ... or added to what is there (kernels/bwd_block_sweep.cuh).
 template <int NT>
 __device__ __forceinline__ void add_acc_f32(const float (&acc)[NT][4], float* g0, int64_t ld, int row0) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
-#pragma unroll
-  for (int half = 0; half < 2; ++half)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      float2* at = reinterpret_cast<float2*>(g0 + (row0 + g + 8 * half) * ld + nt * 8 + 2 * t4);
-      const float2 v = *at;
-      *at = make_float2(v.x + acc[nt][2 * half], v.y + acc[nt][2 * half + 1]);
-    }
+  for_acc_f32(acc, g0, ld, row0, [](float2* at, float2 v) {
+    const float2 o = *at;
+    *at = make_float2(o.x + v.x, o.y + v.y);
+  });
 }
 
 // acc = a row-major T tile's rows (accumulator layout, f32).
