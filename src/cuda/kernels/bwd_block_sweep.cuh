@@ -48,9 +48,7 @@ __global__ void __launch_bounds__(2 * D) bwd_block_prep_kernel(const BwdParams p
 
   const int h = blockIdx.y, blk = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
-  const int s0 = p.blk_start[blk];
-  const ChunkInfo ci = p.chunks[s0];
-  const BwdBlockItem it = bwd_block_item(s0, ci.first, ci.last, p.carry_block);
+  const BwdBlockItem it = block_item_of(p, blk, bwd_block_item);
   if (it.skip) return;
   const int xr0 = warp * 16 + g;                       // this thread's rows of X: xr0, xr0 + 8
   const int qr0 = (warp % 4) * 16, qc0 = 64 * (warp / 4);  // this warp's share of the C x D products
@@ -123,9 +121,7 @@ __global__ void __launch_bounds__(2 * D) bwd_block_grad_kernel(const BwdParams p
 
   const int h = blockIdx.y, blk = blockIdx.x;
   const int warp = threadIdx.x / 32;
-  const int s0 = p.blk_start[blk];
-  const ChunkInfo ci = p.chunks[s0];
-  const BwdBlockItem it = bwd_block_item(s0, ci.first, ci.last, p.carry_block);
+  const BwdBlockItem it = block_item_of(p, blk, bwd_block_item);
   if (it.skip) return;
   const int xr0 = warp * 16;                           // this warp's rows of G and dP
   const int qr0 = (warp % 4) * 16, qc0 = 64 * (warp / 4);  // this warp's share of the C x D products

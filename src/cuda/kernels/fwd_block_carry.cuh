@@ -160,6 +160,15 @@ struct BlockSweepSmem {
   static constexpr int kBytes = (kTiles * 64 * LD + 2 * kTile) * 2;  // X's rows, then two stages of E
 };
 
+// The item of block blk (a CTA's grid.x in the block kernels here and in bwd_block_sweep.cuh): item_of(the block's
+// first chunk, its sequence's first and last chunks, the block size).
+template <typename ItemOf>
+__device__ __forceinline__ auto block_item_of(const FwdParams& p, int blk, ItemOf item_of) {
+  const int s0 = p.blk_start[blk];
+  const ChunkInfo ci = p.chunks[s0];
+  return item_of(s0, ci.first, ci.last, p.carry_block);
+}
+
 template <typename T, int D, int kTiles>
 __global__ void __launch_bounds__(128 * kTiles) fwd_block_sweep_kernel(FwdParams p) {
   using namespace fwd_detail;
@@ -171,9 +180,7 @@ __global__ void __launch_bounds__(128 * kTiles) fwd_block_sweep_kernel(FwdParams
 
   const int h = blockIdx.y, blk = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
-  const int s0 = p.blk_start[blk];
-  const ChunkInfo ci = p.chunks[s0];
-  const BlockSweepItem it = block_sweep_item(s0, ci.first, ci.last, p.carry_block);
+  const BlockSweepItem it = block_item_of(p, blk, block_sweep_item);
   if (it.skip) return;
   const T* wsE = static_cast<const T*>(p.ws.step);
   auto issue = [&](int st, int j) {  // E_j (D rows) into stage st, as C-row tiles
