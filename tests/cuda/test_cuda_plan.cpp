@@ -4,6 +4,8 @@
 // splits for few (sequence, kv head) pairs, four waves else.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <map>
 #include <utility>
 #include <vector>
@@ -103,6 +105,13 @@ TEST(CudaPlan, ForwardBlockDefault) {
   EXPECT_EQ(fwd_block_default(64, 1, 64), 0);     // D = 64: off below 256 chunks (measured slower at 64)
   EXPECT_EQ(fwd_block_default(255, 1, 64), 0);
   EXPECT_EQ(fwd_block_default(256, 1, 64), 16);
+}
+
+TEST(CudaPlan, BackwardBlocksOffByDefault) {
+  // PATHATTN_BWD_BLOCK unset (as in CI): the two-level backward stays off until it is measured on the GPU.
+  if (std::getenv("PATHATTN_BWD_BLOCK") != nullptr) GTEST_SKIP() << "PATHATTN_BWD_BLOCK is set";
+  EXPECT_EQ(bwd_block_setting(), 0);
+  EXPECT_EQ(bwd_block_for(256, 64), 0);
 }
 
 TEST(CudaPlan, BackwardTasksCoverEveryChunkOnceInBlocks) {

@@ -89,6 +89,30 @@ TEST(CudaWorkspace, BackwardSharesOnlyBuffersWhoseLivesDoNotOverlap) {
   }
 }
 
+// The two-level backward (plan.carry_block > 0) declares its own buffers beside the others, sized by chunks, blocks and
+// heads; without blocks none (every id -1).
+TEST(CudaWorkspace, BackwardBlockBuffersOnlyWithBlocks) {
+  const Problem p = problem(2, 1000, 2, 4, 64, true);  // 16 chunks per sequence
+  EXPECT_EQ(Table(p, pair_grid()).b.qfar, -1);
+  Workspace ws;
+  BwdGrid grid = pair_grid();
+  grid.pair_main = false;  // blocks run the mma.sync main kernel
+  Plan plan = make_plan(p.segments, static_cast<int>(p.H), true, 1, 1);
+  add_carry_blocks(plan, 3);  // 6 blocks per sequence: 12
+  const BwdBuffers b = declare_backward(ws, p, plan, backward_grid_for(grid, p, plan));
+  const std::size_t NC = 32, NB = 12, D = 64, q_rows = NC * 4 * 64;
+  EXPECT_EQ(ws.bytes(b.blk_tables), (NC + NB) * 4);
+  EXPECT_EQ(ws.bytes(b.sprefix), NC * 2 * D * D * 2);
+  EXPECT_EQ(ws.bytes(b.qfar), q_rows * D * 2);
+  EXPECT_EQ(ws.bytes(b.dqfar), q_rows * D * 4);
+  EXPECT_EQ(ws.bytes(b.blockstep), NB * 2 * D * D * 2);
+  EXPECT_EQ(ws.bytes(b.dpiacc), NB * 2 * D * D * 4);
+  EXPECT_EQ(ws.bytes(b.count_pi), NB * 2 * 4);
+  for (int id : {b.blk_tables, b.sprefix, b.qfar, b.dqfar, b.blockstep, b.dpiacc, b.count_pi})
+    for (int other : {b.dqacc, b.dpacc, b.slots, b.local, b.dkacc, b.shared.step})
+      EXPECT_FALSE(ws.overlaps(id, other)) << id << ", " << other;
+}
+
 // When the slots are smaller than the local scratch (one chunk per sequence: one slot row block per warpgroup), the
 // local scratch gets memory of its own.
 TEST(CudaWorkspace, LocalScratchOutgrowingTheSlotsGetsItsOwnMemory) {
