@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-
 #include <map>
 #include <utility>
 #include <vector>
