@@ -40,7 +40,10 @@ def summarize(path):
             if fwd:  # "blocks": the two-level forward's block preprocess (PATHATTN_FWD_BLOCK), when it ran
                 keys = ("prep", "blocks", "main") if any("blocks" in c for c in fwd) else ("prep", "main")
                 parts.append("fwd " + medians(fwd, keys))
-            keys = ("prep", "bwd_prep", "bwd_main", "bwd_local")
+            # "bwd_blocks" and "bwd_bgrad": the two-level backward's block preprocess and gradient sweep
+            # (PATHATTN_BWD_BLOCK), around bwd_main, when they ran
+            keys = ("prep", "bwd_prep", "bwd_blocks", "bwd_main", "bwd_bgrad", "bwd_local") \
+                if any("bwd_blocks" in c for c in bwd) else ("prep", "bwd_prep", "bwd_main", "bwd_local")
             if half:
                 parts.append("bwd det " + medians(bwd[:half], keys))
                 parts.append("bwd fast " + medians(bwd[half:], keys))

@@ -58,3 +58,17 @@ def test_forward_block_stage_shows_only_when_it_ran(tmp_path):
     rows = table_rows(tmp_path, log)
     assert rows[0].endswith("| fwd prep=1.00 blocks=0.50 main=2.00"), rows[0]
     assert rows[1].endswith("| fwd prep=1.00 main=4.00"), rows[1]
+
+
+def test_backward_block_stages_show_only_when_they_ran(tmp_path):
+    """The two-level backward's stages (PATHATTN_BWD_BLOCK: "bwd_blocks" before bwd_main, "bwd_bgrad" after it) are
+    printed in the order they run when the row's calls have them, and not at all otherwise."""
+    stages = [("prep", 1.0), ("bwd_prep", 0.5), ("bwd_blocks", 0.25), ("bwd_main", 6.0), ("bwd_bgrad", 0.75),
+              ("bwd_local", 4.0)]
+    log = call("backward", 1, stages) * 2
+    log.append("  32   4096  16  128     13.0")
+    log += call("backward", 1, [("prep", 1.0), ("bwd_prep", 0.5), ("bwd_main", 9.0), ("bwd_local", 4.0)]) * 2
+    log.append("   8  16384  16  128     40.0")
+    rows = table_rows(tmp_path, log)
+    assert "bwd det prep=1.00 bwd_prep=0.50 bwd_blocks=0.25 bwd_main=6.00 bwd_bgrad=0.75 bwd_local=4.00" in rows[0], rows[0]
+    assert "bwd det prep=1.00 bwd_prep=0.50 bwd_main=9.00 bwd_local=4.00" in rows[1], rows[1]
