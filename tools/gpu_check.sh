@@ -46,9 +46,10 @@
 #   bwdblock: the two-level backward (PATHATTN_BWD_BLOCK; kernels/bwd_block_sweep.cuh and the levels of bwd_main.cuh,
 #          docs/math.md Eq. 54-57): the gpu tests as in test mode (SKIP_TESTS=1 skips them; the backward with blocks
 #          of 1-3 among them), test_cuda_backward (not Long) with each of BWD_BLOCK_VARIANTS (default: blocks of
-#          1 and 3 deterministic, 2 in the fast mode, and the per-chunk mma.sync kernel), the Long case (T = 16384) with
-#          blocks of 8 (BWD_BLOCK_LONG=0 leaves it out), memcheck + racecheck
-#          on small cases with blocks of 2, then bench_fwd --bwd at both D with stage times for each of
+#          1 and 3 deterministic, 2 in the fast mode, and the per-chunk mma.sync kernel; even blocks run the two-chunk
+#          kernel at D = 64, odd ones and D = 128 the mma.sync one), the Long case (T = 16384) with blocks of 8
+#          (BWD_BLOCK_LONG=0 leaves it out), memcheck + racecheck on small cases with each of BWD_BLOCK_SANITIZE
+#          (default: blocks of 2), then bench_fwd --bwd at both D with stage times for each of
 #          BWD_BLOCK_BENCH (default: the per-chunk mma.sync kernel, the default wgmma kernels, blocks of 4, 8, 16 and
 #          by count)
 #   model: only the model's bench_step
@@ -677,7 +678,9 @@ if [ "$MODE" = bwdblock ]; then
     ( export ${v//,/ }; tests_bwd "${v//[=,]/_}" --gtest_filter=-Long/* )
   done
   [ "${BWD_BLOCK_LONG:-1}" = 1 ] && PATHATTN_BWD_BLOCK=8 tests_bwd block8_long --gtest_filter='Long/*'
-  PATHATTN_BWD_BLOCK=2 sanitize bwd_block2 build-gpu/tests/cuda/test_cuda_backward "$SMALL_BWD64:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16" 300
+  for v in ${BWD_BLOCK_SANITIZE:-PATHATTN_BWD_BLOCK=2}; do
+    ( export ${v//,/ }; sanitize "bwd_${v//[=,]/_}" build-gpu/tests/cuda/test_cuda_backward "$SMALL_BWD64:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16" 300 )
+  done
   for v in ${BWD_BLOCK_BENCH:-PATHATTN_BWD_MAIN=mma PATHATTN_BWD_BLOCK=0 PATHATTN_BWD_BLOCK=4 PATHATTN_BWD_BLOCK=8 PATHATTN_BWD_BLOCK=16 PATHATTN_BWD_BLOCK=-1}; do
     env ${v//,/ } PATHATTN_CUDA_PROFILE=1 timeout 200 build-gpu/bench/cuda/bench_fwd --bwd --only 0 --iters 3 > "$OUT/bench_bwd_$v.log" 2>&1
     note "bench_fwd --bwd --only 0, $v: rc=$?"

@@ -248,7 +248,7 @@ namespace {
 // The backward's plan, with the block tables of the two-level backward when it is on (plan.h bwd_block_for).
 Plan backward_plan(const std::vector<Segment>& segs, int64_t H, int pair_group, const BwdGrid& resident, int64_t D) {
   Plan plan = make_plan(segs, static_cast<int>(H), true, pair_group, resident.pair_main ? 2 : 1);
-  add_carry_blocks(plan, bwd_block_for(plan.max_chunks, static_cast<int>(D)));
+  add_carry_blocks(plan, bwd_block_for(plan.max_chunks, static_cast<int>(D), resident.pair_main ? 2 : 1));
   return plan;
 }
 

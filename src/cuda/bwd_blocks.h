@@ -47,6 +47,19 @@ struct BwdLevels {
   PATHATTN_HD int query_turn(int m) const { return m - 1 - c; }
 };
 
+// BwdLevels with the block form known at compile time: a kernel's instance without blocks (kBlocks false) then
+// compiles to the per-chunk loops, with no far branch nor block arithmetic left in its registers (the two-chunk
+// wgmma kernel, kernels/bwd_main_pair.cuh, runs at 253-255 registers).
+template <bool kBlocks>
+struct BwdLevelsOf : BwdLevels {
+  PATHATTN_HD explicit BwdLevelsOf(const BwdLevels& l) : BwdLevels(l) {}
+  PATHATTN_HD bool is_far(int i) const { return kBlocks && BwdLevels::is_far(i); }
+  PATHATTN_HD int unit(int i) const { return kBlocks ? BwdLevels::unit(i) : c + 1 + i; }
+  PATHATTN_HD int query_lo(int i) const { return unit(i); }
+  PATHATTN_HD int query_hi(int i) const { return kBlocks ? BwdLevels::query_hi(i) : unit(i); }
+  PATHATTN_HD int step_turn(int i) const { return unit(i) - 1 - c; }
+};
+
 // The block sweeps of one block s .. e of a sequence first .. last (blocks on): the block preprocess (before the
 // main kernel: S_m, Q'_m, F) and the block gradient sweep (after it: dPi and dQ' back into dP and dQ^). A sequence's
 // first block has neither: no query of it meets a far key chunk, no task steps over it. F is formed for blocks

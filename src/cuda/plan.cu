@@ -71,9 +71,16 @@ int bwd_block_setting() {
   return block;
 }
 
-int bwd_block_for(int chunks, int D) {
+int bwd_block_for(int chunks, int D, int key_block) {
   const int setting = bwd_block_setting();
-  return setting >= 0 ? setting : fwd_block_by_count(chunks, 1, D);
+  const int block = setting >= 0 ? setting : fwd_block_by_count(chunks, 1, D);
+  return key_block == 2 && block % 2 == 1 ? block + 1 : block;
+}
+
+bool bwd_blocks_need_mma(int D) {
+  const int setting = bwd_block_setting();
+  if (setting == 0) return false;
+  return D != 64 || setting % 2 == 1;
 }
 
 Plan make_plan(const std::vector<Segment>& segs, int H, bool backward, int pair_group, int key_block) {

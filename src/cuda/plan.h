@@ -58,9 +58,13 @@ int fwd_block_default(int chunks, int group, int D);
 // The two-level backward's block size (docs/math.md Eq. 54-57) for a longest sequence of `chunks` chunks: env
 // PATHATTN_BWD_BLOCK (read once), 0 (off, the default until it is measured on the GPU), B >= 1, or -1: by count, a
 // key chunk's chain steps (B - 1) / 2 + chunks / (2 B) against (chunks - 1) / 2 (fwd_block_by_count's rule with one
-// query head). Blocks run the mma.sync main kernel (kernels/bwd_main.cuh): the wgmma ones have no two-level form.
+// query head). key_block 2 (the two-chunk kernel) rounds an odd size up, so that a task's two chunks share a block.
 int bwd_block_setting();
-int bwd_block_for(int chunks, int D);
+int bwd_block_for(int chunks, int D, int key_block);
+// Whether the two-level backward's setting needs the mma.sync main kernel (kernels/bwd_main.cuh) at this D: the
+// two-chunk wgmma kernel (D = 64, bwd_main_pair.cuh) runs blocks of an even size or by count; the D = 128 wgmma
+// kernel (bwd_main_wide.cuh) has no two-level form yet.
+bool bwd_blocks_need_mma(int D);
 
 // The backward's pair_group for a longest sequence of `rows` tokens: about 16384 rows of pairs interleaved, at most 8
 // pairs. Measured on the H200 (docs/perf/notes.md, deterministic main kernel, H 32, D 64): at 32 x 4096, 1 / 2 / 4 / 8

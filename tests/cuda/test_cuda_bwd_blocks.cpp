@@ -230,6 +230,54 @@ TEST(CudaBwdBlocks, TurnsComeInTaskOrder) {
   }
 }
 
+TEST(CudaBwdBlocks, PairTasksShareLevelsAndTakeTurnsInOrder) {
+  // The two-chunk kernel (kernels/bwd_main_pair.cuh): tasks c0 = first, first + 2, .. over blocks of an even size
+  // (plan.h bwd_block_for). Chunk c0 + 1's level i must be c0's level i + 1 (the kernel steps both warpgroups
+  // together), and every counter's adds, one per task with both chunks' contributions summed, must come at the
+  // kernel's turns (query_turn / 2, step_turn / 2) as 0, 1, .. from tasks c0, c0 - 2, .., the nearest first.
+  for (int first : {0, 3})
+    for (int count : {1, 2, 7, 10, 12})
+      for (int block : {0, 2, 4, 6}) {
+        const int last = first + count - 1;
+        Turns turns;
+        for (int c0 = first; c0 <= last; c0 += 2) {
+          const BwdLevels a = BwdLevels::of(c0, first, last, block);
+          if (c0 + 1 <= last) {
+            const BwdLevels b = BwdLevels::of(c0 + 1, first, last, block);
+            ASSERT_EQ(b.count(), a.count() - 1) << c0 << " block " << block;
+            for (int i = 0; i < b.count(); ++i) {
+              EXPECT_EQ(b.is_far(i), a.is_far(i + 1)) << c0 << " " << i;
+              EXPECT_EQ(b.unit(i), a.unit(i + 1)) << c0 << " " << i;
+              EXPECT_EQ(b.query_lo(i), a.query_lo(i + 1)) << c0 << " " << i;
+              EXPECT_EQ(b.query_hi(i), a.query_hi(i + 1)) << c0 << " " << i;
+            }
+          }
+          // The compile-time form (BwdLevelsOf) agrees with the run-time one.
+          const BwdLevelsOf<true> on(a);
+          const BwdLevelsOf<false> off(BwdLevels::of(c0, first, last, 0));
+          for (int i = 0; i < a.count(); ++i) {
+            EXPECT_EQ(on.unit(i), a.unit(i));
+            EXPECT_EQ(on.query_hi(i), a.query_hi(i));
+            EXPECT_EQ(on.is_far(i), a.is_far(i));
+          }
+          for (int i = 0; i < off.count(); ++i) EXPECT_EQ(off.query_hi(i), BwdLevels::of(c0, first, last, 0).query_hi(i));
+          for (int i = 0; i < a.count(); ++i) {
+            for (int m = a.query_lo(i); m <= a.query_hi(i); ++m) turns[{'q', m}].push_back({a.query_turn(m) / 2, c0});
+            if (i > 0) turns[{a.is_far(i - 1) ? 'b' : 'p', a.unit(i - 1)}].push_back({a.step_turn(i - 1) / 2, c0});
+          }
+        }
+        for (auto& [counter, adds] : turns) {
+          std::sort(adds.begin(), adds.end());
+          for (std::size_t t = 0; t < adds.size(); ++t) {
+            ASSERT_EQ(adds[t].first, static_cast<int>(t)) << counter.first << counter.second << " block " << block;
+            ASSERT_EQ(adds[t].second, adds[0].second - 2 * static_cast<int>(t)) << counter.first << counter.second;
+          }
+        }
+        for (int m = first + 1; m <= last; ++m)  // every task below a query row adds to its dQ once
+          ASSERT_EQ(turns[std::make_pair('q', m)].size(), static_cast<std::size_t>((m - first + 1) / 2)) << m;
+      }
+}
+
 TEST(CudaBwdBlocks, Levels) {
   // 10 chunks from global index 3 in blocks of 3: [3 4 5] [6 7 8] [9 10 11] [12].
   const BwdLevels a = BwdLevels::of(4, 3, 12, 3);

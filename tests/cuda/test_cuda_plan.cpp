@@ -110,7 +110,10 @@ TEST(CudaPlan, BackwardBlocksOffByDefault) {
   // PATHATTN_BWD_BLOCK unset (as in CI): the two-level backward stays off until it is measured on the GPU.
   if (std::getenv("PATHATTN_BWD_BLOCK") != nullptr) GTEST_SKIP() << "PATHATTN_BWD_BLOCK is set";
   EXPECT_EQ(bwd_block_setting(), 0);
-  EXPECT_EQ(bwd_block_for(256, 64), 0);
+  EXPECT_EQ(bwd_block_for(256, 64, 1), 0);
+  EXPECT_EQ(bwd_block_for(256, 64, 2), 0);
+  EXPECT_FALSE(bwd_blocks_need_mma(64));
+  EXPECT_FALSE(bwd_blocks_need_mma(128));
 }
 
 TEST(CudaPlan, BackwardTasksCoverEveryChunkOnceInBlocks) {

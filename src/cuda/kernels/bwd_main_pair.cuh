@@ -23,6 +23,13 @@
 //     one warpgroup:   dP_{m-1} += E_0^T K~_{c0,m-1} + E_1^T K~_{c0+1,m-1}  (k = 128; E_1 only while m-1 > c0+1)
 //     each warpgroup:  E <- E + E E_{m-1}^T  (warpgroup 1 until m = c0 + 3)
 //
+// Two-level (p.carry_block = B > 0, even; docs/math.md Eq. 54-57, cuda/bwd_blocks.h, as in bwd_main.cuh): the
+// loops above run over c0's levels instead of chunks: the chunks of c0's own block, then one level per later block
+// mu, whose query chunks each meet K~_{.,s_mu} (the level's slot entry) with Q'_m (tm_qfar) and add dQ'_m to
+// p.dqfar; the level's step is F_mu (tm_bstep) and the chain step's gradient goes to dPi_mu (p.dpiacc, turns
+// p.count_pi). Both chunks of a task lie in one block (B even, tasks start at even offsets), so warpgroup 1's level
+// i is warpgroup 0's i + 1. With blocks off every level is one chunk: the loops are the per-chunk ones.
+//
 // Synchronisation: one CTA barrier per (query chunk, head) step after both warpgroups have stored dS^T and
 // finished their dV / E products (the stage's Q^ and dO^ may then be reloaded). The step's dQ^ product and its
 // addition (the "tail") go to the warpgroups in turn, step it to warpgroup it % 2, while the other starts step
@@ -130,11 +137,12 @@ __device__ __forceinline__ void defer_pass(HeldPasses& h, int* counter, TurnFenc
 // (docs/perf/notes.md v11): bwd_main det / fast 62.3 / 41.9 -> 56.2 / 35.0 ms at 32 x 4096, 250.0 / 170.0 -> 224.6 /
 // 142.0 at 8 x 16384. (The fast mode's tails by bulk reductions instead of float4 atomics, a per-warp form of the
 // one-chunk kernel's, were slower here: 35.0 -> 37.1 and 142.0 -> 149.8 ms; removed.)
-template <typename T, bool kGate, bool kDet>
+template <typename T, bool kGate, bool kDet, bool kBlocks>
 __global__ void __launch_bounds__(256, 1)
     bwd_main_pair_kernel(const BwdParams p, const __grid_constant__ CUtensorMap tm_q,
                          const __grid_constant__ CUtensorMap tm_do, const __grid_constant__ CUtensorMap tm_step,
-                         const __grid_constant__ CUtensorMap tm_slot) {
+                         const __grid_constant__ CUtensorMap tm_slot, const __grid_constant__ CUtensorMap tm_qfar,
+                         const __grid_constant__ CUtensorMap tm_bstep) {
   using namespace fwd_detail;
   using namespace bwd_detail;
   using S = BwdPairSmem;
@@ -175,14 +183,23 @@ __global__ void __launch_bounds__(256, 1)
 
   bar.init(5);
   // Issued by thread 0 only.
-  auto issue_step = [&](int i, int dst_tile, int chunk, int h) {  // E_chunk (D x D) into a tile
-    mbar_arrive_expect_tx(bar(i), S::kTile * 2);
-    tma_load_2d(smem_addr(tile(dst_tile)), &tm_step, 0, (chunk * p.H + h) * D, bar(i));
+  // A level's step (E_unit of a near level, F of the far level whose block starts at unit; D x D) into a tile, on
+  // barrier b.
+  auto load_level_step = [&](bool far, int unit, int dst_tile, int h, uint32_t b) {
+    if (far)
+      tma_load_2d(smem_addr(tile(dst_tile)), &tm_bstep, 0, (p.blk_of[unit] * p.H + h) * D, b);
+    else
+      tma_load_2d(smem_addr(tile(dst_tile)), &tm_step, 0, (unit * p.H + h) * D, b);
   };
-  auto issue_query = [&](int s, int m, int hq, int gc, bool two) {  // stage s <- step (query chunk m, head hq)
+  auto issue_step = [&](int i, int dst_tile, bool far, int unit, int h) {
+    mbar_arrive_expect_tx(bar(i), S::kTile * 2);
+    load_level_step(far, unit, dst_tile, h, bar(i));
+  };
+  // stage s <- step (query chunk m, head hq): Q^_m (near) or Q'_m (far), dO^_m
+  auto issue_query = [&](int s, int m, int hq, int gc, bool two, bool far) {
     const int64_t qrow = (int64_t)m * p.HQ + hq;
     mbar_arrive_expect_tx(bar(s), 2 * S::kTile * 2 + 2 * C * 4 + (kGate ? (two ? 3 : 2) * C * 4 : 0));
-    tma_load_2d(smem_addr(tile(4 + 2 * s)), &tm_q, 0, static_cast<int>(qrow * C), bar(s));
+    tma_load_2d(smem_addr(tile(4 + 2 * s)), far ? &tm_qfar : &tm_q, 0, static_cast<int>(qrow * C), bar(s));
     tma_load_2d(smem_addr(tile(5 + 2 * s)), &tm_do, 0, static_cast<int>(qrow * C), bar(s));
     bulk_load(smem_addr(sLse2(s)), p.lse2 + qrow * C, C * 4, bar(s));
     bulk_load(smem_addr(sDelta(s)), p.delta + qrow * C, C * 4, bar(s));
@@ -217,6 +234,12 @@ __global__ void __launch_bounds__(256, 1)
     const int myc = gc + wg;                // this warpgroup's key chunk
     const bool mine = wg == 0 || has1;      // ... which exists
     const int64_t fac = (int64_t)myc * p.H + h;
+    // The levels of chunk c0 (cuda/bwd_blocks.h; with blocks off one per later chunk). Blocks have an even size
+    // here (plan.h bwd_block_for), so c0 and c0 + 1 share a block: warpgroup 1's levels are warpgroup 0's from level
+    // 1 on (its level i is warpgroup 0's i + 1: the same step, the same query chunks), and at level 0 (chunk c0 + 1,
+    // its own) it is idle.
+    const BwdLevelsOf<kBlocks> lv(BwdLevels::of(gc, ci.first, last, kBlocks ? p.carry_block : 0));
+    const int levels = lv.count();
 
     // V of both chunks (A fragments for the whole task) through the padded tiles; K^ into f32 registers.
     load_tile<T, D, false>(sEs(0), LDP, vin + ci.b * p.sv.b + (int64_t)ci.t0 * p.sv.t + h * p.sv.h, p.sv.t, ci.len);
@@ -225,9 +248,9 @@ __global__ void __launch_bounds__(256, 1)
       load_tile<T, D, false>(sEs(1), LDP, vin + c1.b * p.sv.b + (int64_t)c1.t0 * p.sv.t + h * p.sv.h, p.sv.t, c1.len);
     }
     cp_async_commit();
-    if (threadIdx.x == 0 && gc + 1 < last) {
+    if (threadIdx.x == 0 && levels > 1) {
       fence_proxy_async_smem();
-      issue_step(3, 8, gc + 1, h);
+      issue_step(3, 8, lv.is_far(0), lv.unit(0), h);
     }
     if constexpr (kGate)
       for (int i = threadIdx.x; i < 2 * p.group * C; i += blockDim.x) sDG0[i] = 0.f;
@@ -241,24 +264,25 @@ __global__ void __launch_bounds__(256, 1)
     uint32_t va[KD][4];
     load_a<KD>(va, sEs(wg), LDP, row0);
 
-    // ---- Phase 1: each warpgroup carries its K^ to every later chunk start, keeping each copy in its slot
-    // (Eq. 18, 32); warpgroup 1's chunk starts one step later, so both apply the same E_m at step m.
-    for (int m = gc + 1; m <= last; ++m) {
-      if (mine && m > myc) store_acc<T, NT>(kc, slot + (int64_t)(m - myc - 1) * C * D, D, row0);
-      if (m == last) break;
-      const int b = (m - gc - 1) & 1;
+    // ---- Phase 1: each warpgroup carries its K^ to every level's start, keeping each copy in its slot
+    // (Eq. 18, 32, 49); warpgroup 1's levels start one later, so both apply the same step at level i.
+    for (int i = 0; i < levels; ++i) {
+      const int my_level = i - wg;  // this warpgroup's level (warpgroup 1: none at i = 0)
+      if (mine && my_level >= 0) store_acc<T, NT>(kc, slot + (int64_t)my_level * C * D, D, row0);
+      if (i + 1 == levels) break;
+      const int b = i & 1;
       __syncthreads();  // both warpgroups are done with tile 8 + (b ^ 1)
-      if (threadIdx.x == 0 && m + 1 < last) {
+      if (threadIdx.x == 0 && i + 2 < levels) {
         fence_proxy_async_smem();
-        issue_step(3 + (b ^ 1), 8 + (b ^ 1), m + 1, h);
+        issue_step(3 + (b ^ 1), 8 + (b ^ 1), lv.is_far(i + 1), lv.unit(i + 1), h);
       }
       bar.wait(3 + b);
-      if (mine && m > myc) {
+      if (mine && my_level >= 0) {
         uint32_t ka[KD][4];
         to_a_frags<T, NT>(kc, ka, 1.f);
         wgmma_fence_operand(kc);
         wgmma_fence();
-        wgmma_k64<1>(kc, ka, tile(8 + b), true);  // K~ <- K~ + K~ E_m  (K~ P_m^T)
+        wgmma_k64<1>(kc, ka, tile(8 + b), true);  // K~ <- K~ + K~ step_i  (K~ P_m^T, K~ Pi_mu^T)
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_operand(kc);
@@ -268,58 +292,66 @@ __global__ void __launch_bounds__(256, 1)
     fence_proxy_async_global();
     __syncthreads();
 
-    // ---- Phase 2: query chunks from the last back to c0 + 1, every query head of the group in turn.
+    // ---- Phase 2: levels from the farthest back to the nearest, each level's query chunks from its last, every
+    // query head of the group in turn (with blocks off: query chunks from the last back to c0 + 1).
     float e_acc[NT][4], dv_acc[NT][4];
     zero(e_acc);
     zero(dv_acc);
-    int kt = 0;  // warpgroup w's tile 2 w + kt holds K~_{c0+w,m}
+    int kt = 0;  // warpgroup w's tile 2 w + kt holds its K~ of the current level
     const int slot_chunk_rows = p.slot_chunks * C;
     // Phase 2's copies of step it are issued by the first thread of the warpgroup that reaches step it's start first:
-    // after a plain step (GQA's heads but the last) warpgroup it % 2, which did not run step it - 1's tail; after a
-    // chain step, in det mode, warpgroup (it - 1) % 2, whose dQ^ tail ran beside the other's dP_j products and tail
-    // (v19, below; in the fast mode it % 2, as after a plain step). The first step: warpgroup 0.
+    // after a plain step (GQA's heads but the last, a far level's query chunks but the last) warpgroup it % 2, which
+    // did not run step it - 1's tail; after a chain step, in det mode, warpgroup (it - 1) % 2, whose dQ^ tail ran
+    // beside the other's dP_j products and tail (v19, below; in the fast mode it % 2, as after a plain step). The
+    // first step: warpgroup 0.
     constexpr bool kAddBeside = kDet;  // v19's placement of a chain step's dQ^ addition (below, at dq_add)
     auto producer = [&](int step, bool after_chain) {
       return threadIdx.x == 128 * ((after_chain ? step - 1 : step) & 1);
     };
-    // K~_{c0+w,m} (both warpgroups' that exist at m) into tile set x, on barrier 2.
-    auto issue_ktiles = [&](int x, int m, int ebuf) {
-      const bool two = has1 && m > gc + 1;
+    // Level i's K~ (both warpgroups' that exist at i) into tile set x, and with ebuf >= 0 level i's step into tile
+    // 8 + ebuf, on barrier 2.
+    auto issue_ktiles = [&](int x, int i, int ebuf) {
+      const bool two = has1 && i > 0;
       mbar_arrive_expect_tx(bar(2), ((two ? 2 : 1) + (ebuf >= 0 ? 1 : 0)) * S::kTile * 2);
-      tma_load_2d(smem_addr(tile(x)), &tm_slot, 0, slot_row0_of0 + (m - gc - 1) * C, bar(2));
-      if (two)
-        tma_load_2d(smem_addr(tile(2 + x)), &tm_slot, 0, slot_row0_of0 + slot_chunk_rows + (m - gc - 2) * C, bar(2));
-      if (ebuf >= 0) tma_load_2d(smem_addr(tile(8 + ebuf)), &tm_step, 0, ((m * p.H) + h) * D, bar(2));
+      tma_load_2d(smem_addr(tile(x)), &tm_slot, 0, slot_row0_of0 + i * C, bar(2));
+      if (two) tma_load_2d(smem_addr(tile(2 + x)), &tm_slot, 0, slot_row0_of0 + slot_chunk_rows + (i - 1) * C, bar(2));
+      if (ebuf >= 0) load_level_step(lv.is_far(i), lv.unit(i), 8 + ebuf, h, bar(2));
     };
-    if (producer(0, false) && last > gc) {  // (a sequence's last chunk has no later query chunk: no phase 2)
+    if (producer(0, false) && levels > 0) {  // (a sequence's last chunk has no later query chunk: no phase 2)
       fence_proxy_async_smem();  // the previous task's ldmatrix reads of the K~ tiles, before the copy engine's writes
-      issue_ktiles(0, last, -1);
-      issue_query(0, last, h * p.group, gc, has1 && last > gc + 1);
+      issue_ktiles(0, levels - 1, -1);
+      issue_query(0, lv.query_hi(levels - 1), h * p.group, gc, has1 && levels > 1, lv.is_far(levels - 1));
     }
     int it = 0;  // (query chunk, head) steps so far: the stage is it & 1
-    for (int m = last; m > gc; --m) {
+    // One iteration per query chunk m of level i (levels from the farthest, each level's chunks from its last), the
+    // chain step after a level's last: one loop, as the per-chunk form's over m was (its registers: 253-255).
+    for (int i = levels - 1, m = levels > 0 ? lv.query_hi(levels - 1) : 0; i >= 0;) {
+      const bool far = lv.is_far(i);
+      const int m_lo = lv.query_lo(i);
+      const bool level_start = !kBlocks || m == lv.query_hi(i);  // the level's first query chunk
       const ChunkInfo cm = p.chunks[m];
-      const bool act1 = has1 && m > gc + 1;        // warpgroup 1 has logits at m (else m is its own chunk)
-      const bool active = wg == 0 || act1;         // this warpgroup
-      const int ebuf = (last - m) & 1;             // the chain's E_{m-1} tile: 8 + ebuf
-      if (m == last) {
+      const bool act1 = has1 && i > 0;      // warpgroup 1 has logits at level i (level 0 is its own chunk)
+      const bool active = wg == 0 || act1;  // this warpgroup
+      const bool chain = i > 0;             // a chain step follows the level
+      const int ebuf = (levels - 1 - i) & 1;  // the chain's step tile (level i - 1's): 8 + ebuf
+      if (i == levels - 1 && level_start) {
         bar.wait(2);
         // Every thread has seen this completion before the producer arms barrier 2 again (below, at j = 0): a
         // thread that looked only after the next completion would find the parity it waits for gone.
         __syncthreads();
       }
-      uint32_t ka[KD][4];  // K~_{c0+wg,m} as A fragments, for every head of the group
-      // The step's dQ^ addition (its turn in det mode, the gate's row sums, the atomic tile, the pass), by the
-      // warpgroup that ran its products. Of the last head of a query chunk with a chain step after it, it runs in
-      // the chain step, beside the other warpgroup's dP_j products and addition (v19): before, one warpgroup ran
+      float dq[8][4];
+      // A step's dQ^ (near) or dQ' (far) addition (its turn in det mode, the gate's row sums, the atomic tile, the
+      // pass), by the warpgroup that ran its products. Of the level's last step with a chain step after it, it runs
+      // in the chain step, beside the other warpgroup's dP_j products and addition (v19): before, one warpgroup ran
       // both additions one after the other while the other waited at the chain's barrier. In the deterministic
       // mode only (kAddBeside): measured on an H100 (twenty-ninth session, two A/B rounds against the addition in
       // the loop), bwd_main 1.3-2.2% faster in det mode at T 4096 / 16384 (3.5% slower at T 1024), but 3.6-5.6%
       // slower in the fast mode at every T, where no turn is waited for and the loop's addition already overlapped.
-      const bool chain = m > gc + 1;
-      float dq[8][4];
-      auto dq_add = [&](int64_t qrow, int st, int len) {
-        if constexpr (kDet) if (!(p.timing_skip & 1024)) warp_wait_turn(p.count_q + qrow, (m - 1 - gc) / 2, 4);
+      // dQ^_m and dQ'_m of one query row share a counter (cuda/bwd_blocks.h): task c0 adds after the
+      // (m - 1 - c0) / 2 tasks that start above it, near or far (half the one-chunk kernel's turn).
+      auto dq_add = [&](int m, int64_t qrow, int st, int len) {
+        if constexpr (kDet) if (!(p.timing_skip & 1024)) warp_wait_turn(p.count_q + qrow, lv.query_turn(m) / 2, 4);
         if constexpr (kGate) {  // dgrow[t] += the 8 warps' row sums, in a fixed order
           const float* rs = sRow(st);
           const int t = threadIdx.x % 128;
@@ -327,96 +359,109 @@ __global__ void __launch_bounds__(256, 1)
             atomicAdd(p.dgrow + qrow * C + t, ((rs[t] + rs[C + t]) + (rs[2 * C + t] + rs[3 * C + t])) +
                                                   ((rs[4 * C + t] + rs[5 * C + t]) + (rs[6 * C + t] + rs[7 * C + t])));
         }
-        atomic_add_acc<8>(dq, p.dqacc + qrow * C * D, D, row0, len);
+        atomic_add_acc<8>(dq, (far ? p.dqfar : p.dqacc) + qrow * C * D, D, row0, len);
         hold_pass(p.count_q + qrow);
       };
-      for (int j = 0; j < p.group; ++j, ++it) {
-        const int st = it & 1;
-        const int hq = h * p.group + j;
-        const int64_t qrow = (int64_t)m * p.HQ + hq;
-        // Stage st ^ 1 (the previous step's) was released by that step's barrier, which the producer has passed;
-        // the K~ tiles it overwrites held K~_{.,m+1}, last read by warpgroup 0's dQ^ products of step m + 1, which
-        // the chain step's barrier of m + 1 waited for; the E tile it overwrites was last read two chain steps ago.
-        if (producer(it, kAddBeside && j == 0 && m < last)) {
-          fence_proxy_async_smem();
-          if (j + 1 < p.group)
-            issue_query(st ^ 1, m, hq + 1, gc, act1);
-          else if (m - 1 > gc)
-            issue_query(st ^ 1, m - 1, h * p.group, gc, has1 && m - 1 > gc + 1);
-          if (j == 0 && m - 1 > gc) issue_ktiles(kt ^ 1, m - 1, ebuf);  // the chain step's K~_{.,m-1}, E_{m-1}
-        }
-        if (j == 0 && active) load_a_swz(ka, tile(2 * wg + kt), row0);
-        float gdelta = 0.f;  // G_i - G_j = (goff_m - goff_c) + gl_i - gl_j, the large offsets subtracted in f64
-        if constexpr (kGate)
-          if (active) gdelta = static_cast<float>(p.ws.goff[qrow] - p.ws.goff[(int64_t)myc * p.HQ + hq]);
-        bar.wait(st);
-        const T* sQ = tile(4 + 2 * st);
-        const T* sdO = tile(5 + 2 * st);
-        if (active) {
-          float s[NC8][4], dp[NC8][4];
-          wgmma_fence_operand(s);
-          wgmma_fence_operand(dp);
-          wgmma_fence();
-          wgmma_k64<0>(s, ka, sQ, false);    // S^T = K~ Q^^T: [key][query]
-          wgmma_k64<0>(dp, va, sdO, false);  // (dO V^T)^T = V dO^T
-          wgmma_commit();
-          wgmma_wait<0>();
-          wgmma_fence_operand(s);
-          wgmma_fence_operand(dp);
-          float colsum[2];  // this thread's key rows: sum over queries of dl
-          softmax_backward<kGate>(s, dp, p.scale_log2, sLse2(st), sDelta(st), sGq(st), sGk(st, wg), gdelta, r0, colsum);
-          // dV += P^T dO_m (Eq. 5), E += ds^T Q^_m (Eq. 21): asynchronous while ds^T goes to shared memory.
-          uint32_t pa[KC][4], da[KC][4];
-          to_a_frags<T, NC8>(s, pa, 1.f);
-          to_a_frags<T, NC8>(dp, da, p.scale);
-          wgmma_fence_operand(dv_acc);
-          wgmma_fence_operand(e_acc);
-          wgmma_fence();
-          wgmma_k64<1>(dv_acc, pa, sdO, true);
-          wgmma_k64<1>(e_acc, da, sQ, true);
-          wgmma_commit();
-          store_acc<T, NC8>(dp, sDS(wg, st), LDP, row0, p.scale);
-          if constexpr (kGate) gate_tile_sums(colsum, dp, sDG(wg) + j * C, sRow(st), r0);
-          flush_pass();     // (the last tail's and chain step's passes, while dV and E's products run)
-          wgmma_wait<0>();  // the stage's Q^ and dO^ are read: the barrier below releases them
-          wgmma_fence_operand(dv_acc);
-          wgmma_fence_operand(e_acc);
-          wgmma_fence_frags(pa);
-          wgmma_fence_frags(da);
-        } else {
-          if constexpr (kGate)
-            for (int i = threadIdx.x % 128; i < 4 * C; i += 128) sRow(st)[4 * C + i] = 0.f;  // warpgroup 1's rows
-          flush_pass();
-        }
-        __syncthreads();  // both dS^T (and row sums) complete; stage st consumed
-        if (wg == (it & 1)) {  // this step's tail
-          // dQ^_m += dS_0 K~_{c0,m} + dS_1 K~_{c0+1,m} (Eq. 21): query rows now, A = dS = (dS^T)^T via ldmatrix.trans.
-          uint32_t qa[KC][4];
-          load_a_t<KC>(qa, sDS(0, st), LDP, row0);
-          wgmma_fence_operand(dq);
-          wgmma_fence();
-          wgmma_k64<1>(dq, qa, tile(kt), false);
-          wgmma_commit();
-          uint32_t qb[KC][4];
-          if (act1) {
-            load_a_t<KC>(qb, sDS(1, st), LDP, row0);
-            wgmma_fence();
-            wgmma_k64<1>(dq, qb, tile(2 + kt), true);
-            wgmma_commit();
+      {
+        uint32_t ka[KD][4];  // this warpgroup's K~ of level i as A fragments, for every head of the group
+        for (int j = 0; j < p.group; ++j, ++it) {
+          const int st = it & 1;
+          const int hq = h * p.group + j;
+          const int64_t qrow = (int64_t)m * p.HQ + hq;
+          const bool level_end = m == m_lo && j + 1 == p.group;  // the level's last step
+          // Stage st ^ 1 (the previous step's) was released by that step's barrier, which the producer has passed;
+          // the K~ tiles it overwrites held the previous level's, last read by the dQ^ products of that level's
+          // last step, which the chain step's barrier waited for; the step tile it overwrites was last read two
+          // chain steps ago.
+          if (producer(it, kAddBeside && j == 0 && level_start && i < levels - 1)) {
+            fence_proxy_async_smem();
+            if (j + 1 < p.group)
+              issue_query(st ^ 1, m, hq + 1, gc, act1, far);
+            else if (m > m_lo)
+              issue_query(st ^ 1, m - 1, h * p.group, gc, act1, far);
+            else if (i > 0)
+              issue_query(st ^ 1, lv.query_hi(i - 1), h * p.group, gc, has1 && i - 1 > 0, lv.is_far(i - 1));
+            if (j == 0 && level_start && i > 0) issue_ktiles(kt ^ 1, i - 1, ebuf);  // the chain step's K~, step
           }
-          wgmma_wait<0>();
-          wgmma_fence_operand(dq);
-          wgmma_fence_frags(qa);
-          if (act1) wgmma_fence_frags(qb);
-          // (Its products are done here in both cases: the K~ tiles they read are reloaded after the chain step.)
-          if (!kAddBeside || !chain || j + 1 < p.group) dq_add(qrow, st, cm.len);
+          if (j == 0 && active) load_a_swz(ka, tile(2 * wg + kt), row0);
+          float gdelta = 0.f;  // G_i - G_j = (goff_m - goff_c) + gl_i - gl_j, the large offsets subtracted in f64
+          if constexpr (kGate)
+            if (active) gdelta = static_cast<float>(p.ws.goff[qrow] - p.ws.goff[(int64_t)myc * p.HQ + hq]);
+          bar.wait(st);
+          const T* sQ = tile(4 + 2 * st);
+          const T* sdO = tile(5 + 2 * st);
+          if (active) {
+            float s[NC8][4], dp[NC8][4];
+            wgmma_fence_operand(s);
+            wgmma_fence_operand(dp);
+            wgmma_fence();
+            wgmma_k64<0>(s, ka, sQ, false);    // S^T = K~ Q^T: [key][query] (Q^_m, or Q'_m at a far level)
+            wgmma_k64<0>(dp, va, sdO, false);  // (dO V^T)^T = V dO^T
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_operand(s);
+            wgmma_fence_operand(dp);
+            float colsum[2];  // this thread's key rows: sum over queries of dl
+            softmax_backward<kGate>(s, dp, p.scale_log2, sLse2(st), sDelta(st), sGq(st), sGk(st, wg), gdelta, r0, colsum);
+            // dV += P^T dO_m (Eq. 5), E += ds^T Q (Eq. 21): asynchronous while ds^T goes to shared memory.
+            uint32_t pa[KC][4], da[KC][4];
+            to_a_frags<T, NC8>(s, pa, 1.f);
+            to_a_frags<T, NC8>(dp, da, p.scale);
+            wgmma_fence_operand(dv_acc);
+            wgmma_fence_operand(e_acc);
+            wgmma_fence();
+            wgmma_k64<1>(dv_acc, pa, sdO, true);
+            wgmma_k64<1>(e_acc, da, sQ, true);
+            wgmma_commit();
+            store_acc<T, NC8>(dp, sDS(wg, st), LDP, row0, p.scale);
+            if constexpr (kGate) gate_tile_sums(colsum, dp, sDG(wg) + j * C, sRow(st), r0);
+            flush_pass();     // (the last tail's and chain step's passes, while dV and E's products run)
+            wgmma_wait<0>();  // the stage's Q and dO^ are read: the barrier below releases them
+            wgmma_fence_operand(dv_acc);
+            wgmma_fence_operand(e_acc);
+            wgmma_fence_frags(pa);
+            wgmma_fence_frags(da);
+          } else {
+            if constexpr (kGate)
+              for (int x = threadIdx.x % 128; x < 4 * C; x += 128) sRow(st)[4 * C + x] = 0.f;  // warpgroup 1's rows
+            flush_pass();
+          }
+          __syncthreads();  // both dS^T (and row sums) complete; stage st consumed
+          if (wg == (it & 1)) {  // this step's tail
+            // dQ_m += dS_0 K~_0 + dS_1 K~_1 (Eq. 21): query rows now, A = dS = (dS^T)^T via ldmatrix.trans.
+            uint32_t qa[KC][4];
+            load_a_t<KC>(qa, sDS(0, st), LDP, row0);
+            wgmma_fence_operand(dq);
+            wgmma_fence();
+            wgmma_k64<1>(dq, qa, tile(kt), false);
+            wgmma_commit();
+            uint32_t qb[KC][4];
+            if (act1) {
+              load_a_t<KC>(qb, sDS(1, st), LDP, row0);
+              wgmma_fence();
+              wgmma_k64<1>(dq, qb, tile(2 + kt), true);
+              wgmma_commit();
+            }
+            wgmma_wait<0>();
+            wgmma_fence_operand(dq);
+            wgmma_fence_frags(qa);
+            if (act1) wgmma_fence_frags(qb);
+            // (Its products are done here in both cases: the K~ tiles they read are reloaded after the chain step.)
+            if (!kAddBeside || !chain || !level_end) dq_add(m, qrow, st, cm.len);
+          }
         }
       }
 
-      if (m > gc + 1) {
-        // Back through K~_{c,m} = K~_{c,m-1} P_{m-1}^T (Eq. 33): dP_{m-1} += E^T K~_{c,m-1}, E <- E P_{m-1}.
-        const int jc = m - 1;
-        const bool chain1 = has1 && jc > gc + 1;  // warpgroup 1's chunk is below m - 1 (else its E is final)
+      if (m > m_lo) {  // the level's next query chunk
+        --m;
+        continue;
+      }
+      if (chain) {
+        // Back through level i's start = level i - 1's K~ carried by its step (Eq. 33, 50): dstep_{i-1} += E_0^T
+        // K~_0 + E_1^T K~_1, E <- E + E step_{i-1}^T (E_m's gradient dP_m at a near level, F_mu's dPi_mu at a far one).
+        const bool far_prev = lv.is_far(i - 1);
+        const int u = lv.unit(i - 1);
+        const bool chain1 = has1 && i - 1 > 0;  // warpgroup 1 has a level i - 1 (else its E is final)
         store_acc<T, NT>(e_acc, sEs(wg), LDP, row0);
         bar.wait(2);
         __syncthreads();  // both E complete in shared memory
@@ -441,7 +486,7 @@ __global__ void __launch_bounds__(256, 1)
           if (update) {
             wgmma_fence_operand(e_acc);
             wgmma_fence();
-            wgmma_k64<0>(e_acc, eb, tile(8 + ebuf), true);  // E <- E + E E_j^T
+            wgmma_k64<0>(e_acc, eb, tile(8 + ebuf), true);  // E <- E + E step^T
             wgmma_commit();
             wgmma_wait<1>();  // dP_j's products are done; E's may still run
           } else {
@@ -450,25 +495,27 @@ __global__ void __launch_bounds__(256, 1)
           wgmma_fence_operand(dpj);
           wgmma_fence_frags(ea);
           if (chain1) wgmma_fence_frags(ea1);
-          int* count = p.count_p + (int64_t)jc * p.H + h;
-          if constexpr (kDet) if (!(p.timing_skip & 1024)) warp_wait_turn(count, (jc - 1 - gc) / 2, 4);
-          atomic_add_acc<8>(dpj, p.dpacc + ((int64_t)jc * p.H + h) * D * D, D, row0, D);
+          const int64_t unit_h = (int64_t)(far_prev ? p.blk_of[u] : u) * p.H + h;
+          int* count = (far_prev ? p.count_pi : p.count_p) + unit_h;
+          if constexpr (kDet) if (!(p.timing_skip & 1024)) warp_wait_turn(count, lv.step_turn(i - 1) / 2, 4);
+          atomic_add_acc<8>(dpj, (far_prev ? p.dpiacc : p.dpacc) + unit_h * D * D, D, row0, D);
           hold_pass(count);
         } else {
           if (update) {
             wgmma_fence_operand(e_acc);
             wgmma_fence();
-            wgmma_k64<0>(e_acc, eb, tile(8 + ebuf), true);  // E <- E + E E_j^T
+            wgmma_k64<0>(e_acc, eb, tile(8 + ebuf), true);  // E <- E + E step^T
             wgmma_commit();
           }
-          // The last head's dQ^_m addition (its turn before this warp's next one, as before the move).
-          if constexpr (kAddBeside) dq_add((int64_t)m * p.HQ + h * p.group + p.group - 1, tail, cm.len);
+          // The level's last step's dQ addition (its turn before this warp's next one, as before the move).
+          if constexpr (kAddBeside) dq_add(m, (int64_t)m * p.HQ + h * p.group + p.group - 1, tail, cm.len);  // (m = m_lo)
         }
         wgmma_wait<0>();
         wgmma_fence_operand(e_acc);
         if (update) wgmma_fence_frags(eb);
-        kt ^= 1;  // K~_{.,m-1} is the next step's K~_{.,m}
+        kt ^= 1;  // level i - 1's K~ is the next level's
       }
+      if (--i >= 0) m = lv.query_hi(i);
     }
 
     flush_all();
