@@ -79,8 +79,7 @@ int bwd_block_for(int chunks, int D, int key_block) {
 
 bool bwd_blocks_need_mma(int D) {
   const int setting = bwd_block_setting();
-  if (setting == 0) return false;
-  return D != 64 || setting % 2 == 1;
+  return D == 64 && setting > 0 && setting % 2 == 1;
 }
 
 Plan make_plan(const std::vector<Segment>& segs, int H, bool backward, int pair_group, int key_block) {

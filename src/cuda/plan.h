@@ -62,8 +62,8 @@ int fwd_block_default(int chunks, int group, int D);
 int bwd_block_setting();
 int bwd_block_for(int chunks, int D, int key_block);
 // Whether the two-level backward's setting needs the mma.sync main kernel (kernels/bwd_main.cuh) at this D: the
-// two-chunk wgmma kernel (D = 64, bwd_main_pair.cuh) runs blocks of an even size or by count; the D = 128 wgmma
-// kernel (bwd_main_wide.cuh) has no two-level form yet.
+// two-chunk wgmma kernel (D = 64, bwd_main_pair.cuh) runs blocks of an even size or by count (rounded up), the D =
+// 128 one (bwd_main_wide.cuh) any size; so only an odd size at D = 64.
 bool bwd_blocks_need_mma(int D);
 
 // The backward's pair_group for a longest sequence of `rows` tokens: about 16384 rows of pairs interleaved, at most 8

@@ -28,6 +28,12 @@
 // chain's K~_{c,m-1} (the slot) and E_{m-1} at the first step of m. The deterministic mode's turns are taken per
 // warp (bwd_main_pair.cuh warp_wait_turn), 8 warps per task: task c adds to dQ^_m after the m - 1 - c tasks above it
 // and to dP_j after j - 1 - c, in the task list's order (plan.cu: a (sequence, head)'s chunks from the last).
+//
+// Two-level (p.carry_block = B > 0; docs/math.md Eq. 54-57, cuda/bwd_blocks.h, as in bwd_main.cuh and
+// bwd_main_pair.cuh): the loops run over c's levels, the chunks of c's own block, then one level per later block mu,
+// whose query chunks each meet K~_{c,s_mu} with Q'_m (tm_qfar) and add dQ'_m to p.dqfar; the level's step is F_mu
+// (tm_bstep), its gradient dPi_mu (p.dpiacc, turns p.count_pi). The instance without blocks (kBlocks false) compiles
+// to the per-chunk loops.
 #pragma once
 
 #include "cuda/kernels/bwd_main_pair.cuh"
@@ -51,11 +57,12 @@ struct BwdWideSmem {
   }
 };
 
-template <typename T, bool kGate, bool kDet>
+template <typename T, bool kGate, bool kDet, bool kBlocks>
 __global__ void __launch_bounds__(256, 1)
     bwd_main_wide_kernel(const BwdParams p, const __grid_constant__ CUtensorMap tm_q,
                          const __grid_constant__ CUtensorMap tm_do, const __grid_constant__ CUtensorMap tm_step,
-                         const __grid_constant__ CUtensorMap tm_slot) {
+                         const __grid_constant__ CUtensorMap tm_slot, const __grid_constant__ CUtensorMap tm_qfar,
+                         const __grid_constant__ CUtensorMap tm_bstep) {
   using namespace fwd_detail;
   using namespace bwd_detail;
   using S = BwdWideSmem;
@@ -93,24 +100,27 @@ __global__ void __launch_bounds__(256, 1)
   bar.init(5);
   HeldPasses held{s_pending[warp], 0};  // (bwd_main_pair.cuh)
   const TurnFence fence = turn_fence_of(p);  // (bwd_tiles.cuh)
-  // Issued by thread 0 only. E_chunk (D x D) into the four blocks from b0 ([row half][column half]), on barrier i.
-  auto load_step = [&](int i, int b0, int chunk, int h) {
-    const int erow = (chunk * p.H + h) * D;
+  // Issued by thread 0 only. A level's step (D x D: E_unit at a near level, F of the block starting at unit at a far
+  // one) into the four blocks from b0 ([row half][column half]), on barrier i.
+  auto load_step = [&](int i, int b0, bool far, int unit, int h) {
+    const CUtensorMap* map = far ? &tm_bstep : &tm_step;
+    const int erow = ((far ? p.blk_of[unit] : unit) * p.H + h) * D;
 #pragma unroll
     for (int rb = 0; rb < 2; ++rb)
 #pragma unroll
-      for (int cb = 0; cb < 2; ++cb) tma_load_2d(smem_addr(blk(b0 + 2 * rb + cb)), &tm_step, 64 * cb, erow + 64 * rb, bar(i));
+      for (int cb = 0; cb < 2; ++cb) tma_load_2d(smem_addr(blk(b0 + 2 * rb + cb)), map, 64 * cb, erow + 64 * rb, bar(i));
   };
-  auto issue_step = [&](int i, int b0, int chunk, int h) {
+  auto issue_step = [&](int i, int b0, bool far, int unit, int h) {
     mbar_arrive_expect_tx(bar(i), 4 * S::kTile * 2);
-    load_step(i, b0, chunk, h);
+    load_step(i, b0, far, unit, h);
   };
-  auto issue_query = [&](int s, int m, int hq, int gc) {  // stage s <- step (query chunk m, head hq)
+  // stage s <- step (query chunk m, head hq): Q^_m (Q'_m at a far level), dO^_m
+  auto issue_query = [&](int s, int m, int hq, int gc, bool far) {
     const int64_t qrow = (int64_t)m * p.HQ + hq;
     mbar_arrive_expect_tx(bar(s), 4 * S::kTile * 2 + 2 * C * 4 + (kGate ? 2 * C * 4 : 0));
 #pragma unroll
     for (int x = 0; x < 2; ++x) {
-      tma_load_2d(smem_addr(blk(S::kStage + 4 * s + x)), &tm_q, 64 * x, static_cast<int>(qrow * C), bar(s));
+      tma_load_2d(smem_addr(blk(S::kStage + 4 * s + x)), far ? &tm_qfar : &tm_q, 64 * x, static_cast<int>(qrow * C), bar(s));
       tma_load_2d(smem_addr(blk(S::kStage + 4 * s + 2 + x)), &tm_do, 64 * x, static_cast<int>(qrow * C), bar(s));
     }
     bulk_load(smem_addr(sLse2(s)), p.lse2 + qrow * C, C * 4, bar(s));
@@ -120,13 +130,14 @@ __global__ void __launch_bounds__(256, 1)
       bulk_load(smem_addr(sGk(s)), p.ws.gl + ((int64_t)gc * p.HQ + hq) * C, C * 4, bar(s));
     }
   };
-  // K~_{c,m} (the slot) into K~ buffer x, with E_m into the chain's blocks when `step`, on barrier 2.
-  auto issue_ktile = [&](int x, int m, int gc, int h, bool step) {
+  // Level i's K~ (the slot's entry i) into K~ buffer x, with the level's step into the chain's blocks when `step`,
+  // on barrier 2.
+  auto issue_ktile = [&](int x, int i, bool far, int unit, int h, bool step) {
     mbar_arrive_expect_tx(bar(2), (step ? 6 : 2) * S::kTile * 2);
 #pragma unroll
     for (int cb = 0; cb < 2; ++cb)
-      tma_load_2d(smem_addr(blk(S::kK + 2 * x + cb)), &tm_slot, 64 * cb, slot_row0 + (m - gc - 1) * C, bar(2));
-    if (step) load_step(2, S::kStep, m, h);
+      tma_load_2d(smem_addr(blk(S::kK + 2 * x + cb)), &tm_slot, 64 * cb, slot_row0 + i * C, bar(2));
+    if (step) load_step(2, S::kStep, far, unit, h);
   };
   __syncthreads();
 
@@ -137,13 +148,15 @@ __global__ void __launch_bounds__(256, 1)
     const ChunkInfo ci = p.chunks[gc];
     const int last = ci.last;
     const int64_t fac = (int64_t)gc * p.H + h;
+    const BwdLevelsOf<kBlocks> lv(BwdLevels::of(gc, ci.first, last, kBlocks ? p.carry_block : 0));
+    const int levels = lv.count();
 
     // V_c into its two blocks (rows past the chunk's end zero), the first E step, K^_c's column half in f32.
     load_tile<T, D, true>(blk(S::kV), 64, vin + ci.b * p.sv.b + (int64_t)ci.t0 * p.sv.t + h * p.sv.h, p.sv.t, ci.len);
     cp_async_commit();
-    if (threadIdx.x == 0 && gc + 1 < last) {
+    if (threadIdx.x == 0 && levels > 1) {
       fence_proxy_async_smem();  // the previous task's reads of stage 0, before the copy engine's writes
-      issue_step(3, S::kStage, gc + 1, h);
+      issue_step(3, S::kStage, lv.is_far(0), lv.unit(0), h);
     }
     if constexpr (kGate)
       for (int i = threadIdx.x; i < 2 * p.group * C; i += blockDim.x) sDG0[i] = 0.f;
@@ -152,20 +165,21 @@ __global__ void __launch_bounds__(256, 1)
     cp_async_wait<0>();
     fence_proxy_async_smem();  // V, written by cp.async, is read by wgmma (the async proxy)
 
-    // ---- Phase 1: carry K^_c to every later chunk start, keeping each copy in the slot (Eq. 18, 32).
-    for (int m = gc + 1; m <= last; ++m) {
-      store_acc<T, 8>(kc, slot + (int64_t)(m - gc - 1) * C * D + 64 * wg, D, row0);
-      if (m == last) break;
-      const int b = (m - gc - 1) & 1;
+    // ---- Phase 1: carry K^_c to every level's start, keeping each copy in the slot (Eq. 18, 32, 49).
+    for (int i = 0; i < levels; ++i) {
+      store_acc<T, 8>(kc, slot + (int64_t)i * C * D + 64 * wg, D, row0);
+      if (i + 1 == levels) break;
+      const int b = i & 1;
       store_acc_swz<T, 8>(kc, blk(S::kK + 2 * b + wg), row0, 0);
       fence_proxy_async_smem();
-      __syncthreads();  // K~ buffer b whole; both warpgroups done with step m - 1 (its E stage and K~ buffer)
-      if (threadIdx.x == 0 && m + 1 < last) {
+      __syncthreads();  // K~ buffer b whole; both warpgroups done with step i - 1 (its E stage and K~ buffer)
+      if (threadIdx.x == 0 && i + 2 < levels) {
         fence_proxy_async_smem();
-        issue_step(3 + (b ^ 1), S::kStage + 4 * (b ^ 1), m + 1, h);
+        issue_step(3 + (b ^ 1), S::kStage + 4 * (b ^ 1), lv.is_far(i + 1), lv.unit(i + 1), h);
       }
       bar.wait(3 + b);
-      // K~[:, half] += K~ E_m[:, half]: A = K~ (K-major, k = d over both halves), B(k, n) = E_m[k][n] (MN-major)
+      // K~[:, half] += K~ step_i[:, half]: A = K~ (K-major, k = d over both halves), B(k, n) = step_i[k][n]
+      // (MN-major; E_m, or F_mu at a far level)
       wgmma_fence_operand(kc);
       wgmma_fence();
 #pragma unroll
@@ -180,20 +194,25 @@ __global__ void __launch_bounds__(256, 1)
     fence_proxy_async_global();
     __syncthreads();
 
-    // ---- Phase 2: query chunks from the last back to c + 1, every query head of the group in turn.
+    // ---- Phase 2: levels from the farthest back to the nearest, each level's query chunks from its last, every
+    // query head of the group in turn (with blocks off: query chunks from the last back to c + 1). One iteration per
+    // query chunk m of level i, the chain step after a level's last (one loop, as the per-chunk form's over m was).
     float e_acc[8][4], dv_acc[8][4];
     zero(e_acc);
     zero(dv_acc);
-    int kt = 0;  // K~ buffer holding K~_{c,m}
-    if (threadIdx.x == 0 && last > gc) {  // (a sequence's last chunk has no later query chunk: no phase 2)
+    int kt = 0;  // K~ buffer holding the current level's K~
+    if (threadIdx.x == 0 && levels > 0) {  // (a sequence's last chunk has no later query chunk: no phase 2)
       fence_proxy_async_smem();
-      issue_ktile(0, last, gc, h, false);
-      issue_query(0, last, h * p.group, gc);
+      issue_ktile(0, levels - 1, false, 0, h, false);
+      issue_query(0, lv.query_hi(levels - 1), h * p.group, gc, lv.is_far(levels - 1));
     }
     int it = 0;  // (query chunk, head) steps so far: the stage and the P^T / dS^T buffer are it & 1
-    for (int m = last; m > gc; --m) {
+    for (int i = levels - 1, m = levels > 0 ? lv.query_hi(levels - 1) : 0; i >= 0;) {
+      const bool far = lv.is_far(i);
+      const int m_lo = lv.query_lo(i);
+      const bool level_start = !kBlocks || m == lv.query_hi(i);  // the level's first query chunk
       const ChunkInfo cm = p.chunks[m];
-      if (m == last) {
+      if (i == levels - 1 && level_start) {
         bar.wait(2);
         __syncthreads();  // every thread has seen this completion before barrier 2 is armed again
       }
@@ -206,14 +225,16 @@ __global__ void __launch_bounds__(256, 1)
       // deterministic mode, whose turn the moved tail then waits for while the chain's products are in flight.
       constexpr bool kTailInChain = !kDet;
       float dq[8][4];
+      // (dQ^_m at a near level, dQ'_m at a far one: one turn counter per query row, cuda/bwd_blocks.h)
       auto dq_tail = [&](int64_t qrow, int st, int len) {
-        if constexpr (kDet) warp_wait_turn(p.count_q + qrow, m - 1 - gc, 8);
+        if constexpr (kDet) warp_wait_turn(p.count_q + qrow, lv.query_turn(m), 8);
         if constexpr (kGate)
           if (wg == 0) add_gate_rows(p.dgrow + qrow * C, sRow(st), len);  // threads < len: warps 0, 1
-        atomic_add_acc<8>(dq, p.dqacc + qrow * C * D + 64 * wg, D, row0, len);
+        atomic_add_acc<8>(dq, (far ? p.dqfar : p.dqacc) + qrow * C * D + 64 * wg, D, row0, len);
         if constexpr (kDet) defer_pass(held, p.count_q + qrow, fence, p.held_passes);
       };
-      const bool chain = m > gc + 1;
+      const bool chain = i > 0;         // a chain step follows the level
+      const bool level_end = m == m_lo;  // (its last query chunk)
       for (int j = 0; j < p.group; ++j, ++it) {
         const int st = it & 1;
         const int hq = h * p.group + j;
@@ -251,11 +272,14 @@ __global__ void __launch_bounds__(256, 1)
         if (threadIdx.x == 0) {
           fence_proxy_async_smem();
           if (j + 1 < p.group)
-            issue_query(st ^ 1, m, hq + 1, gc);
-          else if (m - 1 > gc)
-            issue_query(st ^ 1, m - 1, h * p.group, gc);
-          // the chain's K~_{c,m-1} and E_{m-1}: their blocks were last read by the chain step of m + 1
-          if (j == 0 && m - 1 > gc) issue_ktile(kt ^ 1, m - 1, gc, h, true);
+            issue_query(st ^ 1, m, hq + 1, gc, far);
+          else if (m > m_lo)
+            issue_query(st ^ 1, m - 1, h * p.group, gc, far);
+          else if (i > 0)
+            issue_query(st ^ 1, lv.query_hi(i - 1), h * p.group, gc, lv.is_far(i - 1));
+          // the chain's K~ and step (level i - 1's): their blocks were last read by the previous level's steps and
+          // chain step
+          if (j == 0 && level_start && i > 0) issue_ktile(kt ^ 1, i - 1, lv.is_far(i - 1), lv.unit(i - 1), h, true);
         }
         // dV += P^T dO^ (Eq. 5), E += dS^T Q^ (Eq. 21): A K-major (k = the queries), B MN-major, column half;
         // dQ^_m = dS K~_{c,m} (Eq. 21): A(query, key) = dS^T[key][query] (MN-major), B = K~'s column half.
@@ -277,12 +301,18 @@ __global__ void __launch_bounds__(256, 1)
         wgmma_fence_operand(dv_acc);
         wgmma_fence_operand(e_acc);
         wgmma_fence_operand(dq);
-        if (!kTailInChain || !chain || j + 1 < p.group) dq_tail(qrow, st, cm.len);
+        if (!kTailInChain || !chain || !level_end || j + 1 < p.group) dq_tail(qrow, st, cm.len);
       }
 
+      if (!level_end) {  // the level's next query chunk
+        --m;
+        continue;
+      }
       if (chain) {
-        // Back through K~_{c,m} = K~_{c,m-1} P_{m-1}^T (Eq. 33): dP_{m-1} += E^T K~_{c,m-1}, E <- E P_{m-1}.
-        const int jc = m - 1;
+        // Back through level i's start = level i - 1's K~ carried by its step (Eq. 33, 50): dstep_{i-1} += E^T
+        // K~_{i-1} (dP_m at a near level, dPi_mu at a far one), E <- E + E step_{i-1}^T.
+        const bool far_prev = lv.is_far(i - 1);
+        const int u = lv.unit(i - 1);
         store_acc_swz<T, 8>(e_acc, blk(S::kE + wg), row0, 0);
         fence_proxy_async_smem();
         bar.wait(2);      // K~_{c,m-1}, E_{m-1}
@@ -312,14 +342,16 @@ __global__ void __launch_bounds__(256, 1)
         if constexpr (kTailInChain) dq_tail((int64_t)m * p.HQ + h * p.group + p.group - 1, (it - 1) & 1, cm.len);
         wgmma_wait<1>();  // dP_j's products are done; E's may still run
         wgmma_fence_operand(dpj);
-        int* count = p.count_p + (int64_t)jc * p.H + h;
-        if constexpr (kDet) warp_wait_turn(count, jc - 1 - gc, 8);
-        atomic_add_acc<16>(dpj, p.dpacc + ((int64_t)jc * p.H + h) * D * D + (int64_t)64 * wg * D, D, row0, 64);
+        const int64_t unit_h = (int64_t)(far_prev ? p.blk_of[u] : u) * p.H + h;
+        int* count = (far_prev ? p.count_pi : p.count_p) + unit_h;
+        if constexpr (kDet) warp_wait_turn(count, lv.step_turn(i - 1), 8);
+        atomic_add_acc<16>(dpj, (far_prev ? p.dpiacc : p.dpacc) + unit_h * D * D + (int64_t)64 * wg * D, D, row0, 64);
         if constexpr (kDet) defer_pass(held, count, fence, p.held_passes);
         wgmma_wait<0>();
         wgmma_fence_operand(e_acc);
-        kt ^= 1;  // K~_{c,m-1} is the next step's K~_{c,m}
+        kt ^= 1;  // level i - 1's K~ is the next level's
       }
+      if (--i >= 0) m = lv.query_hi(i);
     }
 
     if constexpr (kDet) flush_passes(held, fence);

@@ -43,8 +43,8 @@ inline int resident(K kernel, int threads, int bytes, const char* name) {
 // 32 x 4096, H 16), unless PATHATTN_BWD_MAIN=mma asks for the mma.sync one (bwd_main.cuh) at both D, for
 // side-by-side timing. D = 128 also runs the mma.sync kernel where the wgmma one's shared memory (which grows with
 // the gate's per-head column sums) does not fit the device. The two-level backward (PATHATTN_BWD_BLOCK, plan.h
-// bwd_block_setting) runs in the two-chunk kernel at D = 64 with an even block size, else in the mma.sync one
-// (plan.h bwd_blocks_need_mma).
+// bwd_block_setting) runs in the wgmma kernels too, in the two-chunk one (D = 64) with an even block size only
+// (plan.h bwd_blocks_need_mma: an odd size at D = 64 runs the mma.sync kernel).
 inline bool mma_main_forced(int D) {
   static const bool mma = env::choice("PATHATTN_BWD_MAIN", {"wgmma", "mma"}, "wgmma") == "mma";
   return mma || bwd_blocks_need_mma(D);
@@ -89,7 +89,7 @@ BwdGrid bwd_grid(int group) {
                                                 "bwd_main_pair_kernel");
   } else {
     if (g.wide_main)
-      g.main_ctas = bwd_launch_detail::resident(bwd_main_wide_kernel<T, kGate, kDet>, 256, BwdWideSmem::bytes(group, kGate),
+      g.main_ctas = bwd_launch_detail::resident(bwd_main_wide_kernel<T, kGate, kDet, false>, 256, BwdWideSmem::bytes(group, kGate),
                                                 "bwd_main_wide_kernel");
   }
   if (!g.pair_main && !g.wide_main)
@@ -110,8 +110,6 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
   }
   mark("bwd_prep");
   if (p.carry_block > 0) {  // the two-level backward's block preprocess (Eq. 54, 55): S_m, Q'_m, F
-    if (grid.wide_main)
-      throw RuntimeError("pathattn: the two-level backward has no form in bwd_main_wide (plan.h bwd_blocks_need_mma)");
     if (grid.pair_main && p.carry_block % 2 != 0)
       throw RuntimeError("pathattn: the two-chunk backward kernel needs an even block size (plan.h bwd_block_for)");
     constexpr int bytes = BwdBlockSmem<D>::kPrepBytes;
@@ -129,14 +127,14 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
         tensor_map_2d(p.ws.step, static_cast<int64_t>(p.num_chunks) * p.H * D, D, D, 64, 64, "the E workspace");
     const CUtensorMap tm_slot = tensor_map_2d(p.slots, static_cast<int64_t>(main_slots(grid)) * p.slot_chunks * kChunk, D,
                                               D, 64, 64, "the backward's slots");
+    // The two-level backward's Q' and block steps F (the same shapes as Q^ and E; with blocks off, unread).
+    const bool blocks_on = p.carry_block > 0;
+    const CUtensorMap tm_qfar = blocks_on ? tensor_map_2d(p.qfar, q_rows, D, D, 64, 64, "the Q' workspace") : tm_q;
+    const CUtensorMap tm_bstep =
+        blocks_on ? tensor_map_2d(p.blockstep, static_cast<int64_t>(p.num_blocks) * p.H * D, D, D, 64, 64,
+                                  "the block steps' workspace")
+                  : tm_step;
     if constexpr (D == 64) {
-      // The two-level backward's Q' and block steps F (the same shapes as Q^ and E; with blocks off, unread).
-      const bool blocks_on = p.carry_block > 0;
-      const CUtensorMap tm_qfar = blocks_on ? tensor_map_2d(p.qfar, q_rows, D, D, 64, 64, "the Q' workspace") : tm_q;
-      const CUtensorMap tm_bstep =
-          blocks_on ? tensor_map_2d(p.blockstep, static_cast<int64_t>(p.num_blocks) * p.H * D, D, D, 64, 64,
-                                    "the block steps' workspace")
-                    : tm_step;
       const int bytes = BwdPairSmem::bytes(p.group, kGate);
       const auto kernel =
           blocks_on ? bwd_main_pair_kernel<T, kGate, kDet, true> : bwd_main_pair_kernel<T, kGate, kDet, false>;
@@ -145,9 +143,10 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
       CUDA_CHECK_LAUNCH("bwd_main_pair_kernel");
     } else {
       const int bytes = BwdWideSmem::bytes(p.group, kGate);
-      const auto kernel = bwd_main_wide_kernel<T, kGate, kDet>;
+      const auto kernel =
+          blocks_on ? bwd_main_wide_kernel<T, kGate, kDet, true> : bwd_main_wide_kernel<T, kGate, kDet, false>;
       CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-      kernel<<<grid.main_ctas, 256, bytes, stream>>>(p, tm_q, tm_do, tm_step, tm_slot);
+      kernel<<<grid.main_ctas, 256, bytes, stream>>>(p, tm_q, tm_do, tm_step, tm_slot, tm_qfar, tm_bstep);
       CUDA_CHECK_LAUNCH("bwd_main_wide_kernel");
     }
   } else {
