@@ -67,13 +67,17 @@ int fwd_block_default(int chunks, int group, int D) {
 }
 
 int bwd_block_setting() {
-  static const int block = static_cast<int>(env::integer("PATHATTN_BWD_BLOCK", 0, -1, 1 << 20));
+  static const int block = static_cast<int>(env::integer("PATHATTN_BWD_BLOCK", kBwdBlockUnset, -1, 1 << 20));
   return block;
 }
 
+int bwd_block_default(int chunks) { return chunks >= 64 ? 8 : 0; }
+
 int bwd_block_for(int chunks, int D, int key_block) {
   const int setting = bwd_block_setting();
-  const int block = setting >= 0 ? setting : fwd_block_by_count(chunks, 1, D);
+  const int block = setting >= 0    ? setting
+                    : setting == -1 ? fwd_block_by_count(chunks, 1, D)
+                                    : bwd_block_default(chunks);
   return key_block == 2 && block % 2 == 1 ? block + 1 : block;
 }
 

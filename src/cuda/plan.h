@@ -56,9 +56,17 @@ int fwd_block_by_count(int chunks, int group, int D);
 // So: by count at D = 128, by count from 256 chunks at D = 64, else 0.
 int fwd_block_default(int chunks, int group, int D);
 // The two-level backward's block size (docs/math.md Eq. 54-57) for a longest sequence of `chunks` chunks: env
-// PATHATTN_BWD_BLOCK (read once), 0 (off, the default until it is measured on the GPU), B >= 1, or -1: by count, a
-// key chunk's chain steps (B - 1) / 2 + chunks / (2 B) against (chunks - 1) / 2 (fwd_block_by_count's rule with one
-// query head). key_block 2 (the two-chunk kernel) rounds an odd size up, so that a task's two chunks share a block.
+// PATHATTN_BWD_BLOCK (read once; kBwdBlockUnset when unset), 0 (off), B >= 1, or -1: by count, a key chunk's chain
+// steps (B - 1) / 2 + chunks / (2 B) against (chunks - 1) / 2 (fwd_block_by_count's rule with one query head);
+// unset, bwd_block_default. Measured on an H100 (thirty-first session, docs/perf/results.md; bwd det / fast ms,
+// blocks off -> 8 -> by count): D = 64 32 x 4096 96.2 / 81.2 -> 89.0 / 75.7 -> 88.6 / 70.1, 8 x 16384 264.6 / 202.6
+// -> 224.1 / 144.8 -> 233.9 / 139.7; D = 128 32 x 4096 162.5 / 124.9 -> 137.6 / 88.9 -> 137.6 / 88.5, 8 x 16384
+// 502.5 / 355.6 -> 350.6 / 170.2 -> 361.2 / 163.7; at 32 x 1024 (16 chunks) blocks of 8 lose in the deterministic
+// mode (14.2 -> 15.1 at D = 64, 20.1 -> 21.0 at D = 128: the block kernels cost what the main kernel saves). So the
+// default: 8 from 64 chunks on (better than by count in the deterministic mode, the default), else off. key_block 2
+// (the two-chunk kernel) rounds an odd size up, so that a task's two chunks share a block.
+constexpr int kBwdBlockUnset = -2;
+int bwd_block_default(int chunks);
 int bwd_block_setting();
 int bwd_block_for(int chunks, int D, int key_block);
 // Whether the two-level backward's setting needs the mma.sync main kernel (kernels/bwd_main.cuh) at this D: the

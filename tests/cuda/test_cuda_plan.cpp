@@ -106,12 +106,17 @@ TEST(CudaPlan, ForwardBlockDefault) {
   EXPECT_EQ(fwd_block_default(256, 1, 64), 16);
 }
 
-TEST(CudaPlan, BackwardBlocksOffByDefault) {
-  // PATHATTN_BWD_BLOCK unset (as in CI): the two-level backward stays off until it is measured on the GPU.
+TEST(CudaPlan, BackwardBlocksByDefaultFrom64Chunks) {
+  // PATHATTN_BWD_BLOCK unset (as in CI): blocks of 8 from 64 chunks on (plan.h bwd_block_default, measured), off
+  // below; the two-chunk kernel takes them as they are (even), and no setting needs the mma.sync kernel.
   if (std::getenv("PATHATTN_BWD_BLOCK") != nullptr) GTEST_SKIP() << "PATHATTN_BWD_BLOCK is set";
-  EXPECT_EQ(bwd_block_setting(), 0);
-  EXPECT_EQ(bwd_block_for(256, 64, 1), 0);
-  EXPECT_EQ(bwd_block_for(256, 64, 2), 0);
+  EXPECT_EQ(bwd_block_setting(), kBwdBlockUnset);
+  for (int kb : {1, 2}) {
+    EXPECT_EQ(bwd_block_for(16, 64, kb), 0);
+    EXPECT_EQ(bwd_block_for(63, 128, kb), 0);
+    EXPECT_EQ(bwd_block_for(64, 64, kb), 8);
+    EXPECT_EQ(bwd_block_for(256, 128, kb), 8);
+  }
   EXPECT_FALSE(bwd_blocks_need_mma(64));
   EXPECT_FALSE(bwd_blocks_need_mma(128));
 }
