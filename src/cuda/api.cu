@@ -245,22 +245,15 @@ void forward(const Problem& p, const Inputs& in, const ForwardOutputs& out) {
 
 namespace {
 
-// The backward's plan, with the block tables of the two-level backward when it is on (plan.h bwd_block_for).
-Plan backward_plan(const std::vector<Segment>& segs, int64_t H, int pair_group, const BwdGrid& resident, int64_t D) {
-  Plan plan = make_plan(segs, static_cast<int>(H), true, pair_group, resident.pair_main ? 2 : 1);
-  add_carry_blocks(plan, bwd_block_for(plan.max_chunks, static_cast<int>(D), resident.pair_main ? 2 : 1));
-  return plan;
-}
-
 // One backward call over all of p's heads (a slice of the caller's, see backward()).
 void backward_heads(const Problem& p, const Inputs& in, const TensorView& o, const TensorView& lse,
                     const TensorView& dout, const TensorView& dlse, const Gradients& grads,
                     const std::vector<Segment>& segs, int pair_group, const BwdGrid& resident, cudaStream_t stream) {
-  const Plan plan = backward_plan(segs, p.H, pair_group, resident, p.D);
+  const int D = static_cast<int>(p.D);
+  const Plan plan = backward_plan(segs, static_cast<int>(p.H), pair_group, resident.pair_main ? 2 : 1, D);
   const int NC = static_cast<int>(plan.chunks.size());
   if (NC == 0) return;
   check_32bit(p, NC, "backward");
-  const int D = static_cast<int>(p.D);
   const BwdGrid grid = backward_grid_for(resident, p, plan);
   if (static_cast<int64_t>(main_slots(grid)) * plan.max_chunks * kChunk > INT32_MAX)
     throw Error("pathattn: cuda backward: " + std::to_string(main_slots(grid)) + " slots x " +
@@ -352,7 +345,7 @@ void backward(const Problem& p, const Inputs& in, const TensorView& o, const Ten
   // across heads are GQA's over the query heads of one kv head, which stay in one slice: the same bits either way.
   const auto bytes = [&](int64_t n) {
     const Problem ps = slice_problem(p, {0, n});
-    const Plan plan = backward_plan(segs, n, pair_group, resident, p.D);
+    const Plan plan = backward_plan(segs, static_cast<int>(n), pair_group, resident.pair_main ? 2 : 1, static_cast<int>(p.D));
     Workspace ws;
     declare_backward(ws, ps, plan, backward_grid_for(resident, ps, plan));
     return ws.total();

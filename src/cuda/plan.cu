@@ -81,6 +81,12 @@ int bwd_block_for(int chunks, int D, int key_block) {
   return key_block == 2 && block % 2 == 1 ? block + 1 : block;
 }
 
+Plan backward_plan(const std::vector<Segment>& segs, int H, int pair_group, int key_block, int D) {
+  Plan plan = make_plan(segs, H, true, pair_group, key_block);
+  add_carry_blocks(plan, bwd_block_for(plan.max_chunks, D, key_block));
+  return plan;
+}
+
 bool bwd_blocks_need_mma(int D) {
   const int setting = bwd_block_setting();
   return D == 64 && setting > 0 && setting % 2 == 1;

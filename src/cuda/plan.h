@@ -69,6 +69,9 @@ constexpr int kBwdBlockUnset = -2;
 int bwd_block_default(int chunks);
 int bwd_block_setting();
 int bwd_block_for(int chunks, int D, int key_block);
+// The backward's plan: make_plan's task list, with the block tables of the two-level backward when bwd_block_for
+// turns it on (api.cu's backward and the workspace tables' tests build it alike).
+Plan backward_plan(const std::vector<Segment>& segs, int H, int pair_group, int key_block, int D);
 // Whether the two-level backward's setting needs the mma.sync main kernel (kernels/bwd_main.cuh) at this D: the
 // two-chunk wgmma kernel (D = 64, bwd_main_pair.cuh) runs blocks of an even size or by count (rounded up), the D =
 // 128 one (bwd_main_wide.cuh) any size; so only an odd size at D = 64.

@@ -74,6 +74,11 @@ BwdBuffers declare_backward(Workspace& ws, const Problem& p, const Plan& plan, c
 
 BwdGrid backward_grid_for(const BwdGrid& resident, const Problem& p, const Plan& plan) {
   BwdGrid grid = resident;
+  if (grid.wide_main && grid.mma_ctas_for_blocks > 0 && plan.carry_block > 0) {  // (launch.h)
+    grid.wide_main = false;
+    grid.main_ctas = grid.mma_ctas_for_blocks;
+  }
+  grid.mma_ctas_for_blocks = 0;
   grid.main_ctas = std::min(grid.main_ctas, static_cast<int>(plan.bwd_tasks.size()));
   grid.local_ctas = std::min(grid.local_ctas, static_cast<int>(plan.chunks.size() * p.H));
   return grid;

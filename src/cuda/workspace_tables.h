@@ -43,7 +43,8 @@ struct BwdBuffers {
 BwdBuffers declare_backward(Workspace& ws, const Problem& p, const Plan& plan, const BwdGrid& grid);
 
 // The launch grid of a backward over p's heads with this plan, which sizes its slots and scratch: `resident` (the
-// CTAs that fit the device, the same for every slice of a call) capped by the plan's tasks.
+// CTAs that fit the device, the same for every slice of a call) capped by the plan's tasks; the D = 128
+// deterministic mode's switch to the mma.sync kernel when the plan has blocks (BwdGrid::mma_ctas_for_blocks).
 BwdGrid backward_grid_for(const BwdGrid& resident, const Problem& p, const Plan& plan);
 
 }  // namespace pathattn::cuda

@@ -4,6 +4,7 @@
 // that the four (dtype, D) builds of these large kernels compile in parallel.
 #pragma once
 
+#include <string>
 #include <type_traits>
 
 #include "common/env.h"
@@ -45,10 +46,13 @@ inline int resident(K kernel, int threads, int bytes, const char* name) {
 // the gate's per-head column sums) does not fit the device. The two-level backward (PATHATTN_BWD_BLOCK, plan.h
 // bwd_block_setting) runs in the wgmma kernels too, in the two-chunk one (D = 64) with an even block size only
 // (plan.h bwd_blocks_need_mma: an odd size at D = 64 runs the mma.sync kernel).
-inline bool mma_main_forced(int D) {
-  static const bool mma = env::choice("PATHATTN_BWD_MAIN", {"wgmma", "mma"}, "wgmma") == "mma";
-  return mma || bwd_blocks_need_mma(D);
+// PATHATTN_BWD_MAIN: auto (the default: the wgmma kernels, but the mma.sync one for D = 128 deterministic calls with
+// blocks, BwdGrid::mma_ctas_for_blocks), wgmma (always), mma (always).
+inline const std::string& main_setting() {
+  static const std::string s = env::choice("PATHATTN_BWD_MAIN", {"auto", "wgmma", "mma"}, "auto");
+  return s;
 }
+inline bool mma_main_forced(int D) { return main_setting() == "mma" || bwd_blocks_need_mma(D); }
 inline bool fits_smem(int bytes) {
   int dev = 0, most = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
@@ -91,6 +95,13 @@ BwdGrid bwd_grid(int group) {
     if (g.wide_main)
       g.main_ctas = bwd_launch_detail::resident(bwd_main_wide_kernel<T, kGate, kDet, false>, 256, BwdWideSmem::bytes(group, kGate),
                                                 "bwd_main_wide_kernel");
+    // The deterministic mode with blocks: the mma.sync kernel, measured on an H100 (thirty-first session,
+    // docs/perf/results.md; bwd det with blocks of 8, mma.sync against wide): 129.5 against 137.6 ms at 32 x 4096,
+    // 335.8 against 350.6 at 8 x 16384 (H 16): the wide kernel's eight warps per turn cost more there than its
+    // products save (its fast mode is faster: 88.9 against 106.2, so the fast mode keeps it).
+    if (g.wide_main && kDet && bwd_launch_detail::main_setting() == "auto")
+      g.mma_ctas_for_blocks = bwd_launch_detail::resident(bwd_main_kernel<T, D, kGate, kDet>, 128,
+                                                          BwdMainSmem<D>::bytes(group, kGate), "bwd_main_kernel");
   }
   if (!g.pair_main && !g.wide_main)
     g.main_ctas = bwd_launch_detail::resident(bwd_main_kernel<T, D, kGate, kDet>, 128, BwdMainSmem<D>::bytes(group, kGate),

@@ -31,6 +31,9 @@ struct BwdGrid {
                            // blocks of two key chunks (plan.h key_block), two slots per CTA
   bool wide_main = false;  // the main kernel is bwd_main_wide (D = 128, wgmma; needs BwdParams::dohat): one key
                            // chunk per task, one slot per CTA
+  // With wide_main in the deterministic mode: the mma.sync kernel's resident CTAs, for the calls whose plan has
+  // blocks (backward_grid_for switches to it: there it is faster, workspace_tables.h); 0 = no switch.
+  int mma_ctas_for_blocks = 0;
 };
 // Whether the main kernel reads dO in chunk tiles (BwdParams::dohat, written by bwd_prep): the wgmma ones.
 inline bool main_reads_dohat(const BwdGrid& g) { return g.pair_main || g.wide_main; }
