@@ -255,9 +255,10 @@ void backward_heads(const Problem& p, const Inputs& in, const TensorView& o, con
   if (NC == 0) return;
   check_32bit(p, NC, "backward");
   const BwdGrid grid = backward_grid_for(resident, p, plan);
-  if (static_cast<int64_t>(main_slots(grid)) * plan.max_chunks * kChunk > INT32_MAX)
+  const int slot_chunks = bwd_slot_chunks(plan);
+  if (static_cast<int64_t>(main_slots(grid)) * slot_chunks * kChunk > INT32_MAX)
     throw Error("pathattn: cuda backward: " + std::to_string(main_slots(grid)) + " slots x " +
-                std::to_string(plan.max_chunks * kChunk) + " rows exceed the kernels' 32-bit coordinates (2^31 - 1)");
+                std::to_string(slot_chunks * kChunk) + " rows exceed the kernels' 32-bit coordinates (2^31 - 1)");
 
   Workspace ws;
   const BwdBuffers b = declare_backward(ws, p, plan, grid);
@@ -302,7 +303,7 @@ void backward_heads(const Problem& p, const Inputs& in, const TensorView& o, con
   prm.tasks = ws.ptr<const int>(b.tasks);
   prm.num_tasks = static_cast<int>(plan.bwd_tasks.size());
   prm.slots = ws.ptr<void>(b.slots);
-  prm.slot_chunks = plan.max_chunks;
+  prm.slot_chunks = slot_chunks;
   prm.local_scratch = ws.ptr<float>(b.local);
   if (plan.carry_block > 0) {
     fill_blocks(prm, ws, b.blk_tables, plan, stream);

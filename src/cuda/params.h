@@ -134,8 +134,8 @@ struct BwdParams : FwdParams {
   int* count_pi;        // [num_blocks, H]  dPi_b's turns (deterministic mode)
   // Per resident main-kernel CTA: the key chunk carried to every later chunk start, K~_{c,m} (Eq. 18); with blocks,
   // to every level's start (cuda/bwd_blocks.h).
-  void* slots;          // [num_slots, max_chunks_per_seq, C, D]
-  int slot_chunks;      // max chunks of a sequence (the slot's capacity in chunks)
+  void* slots;          // [num_slots, slot_chunks, C, D] (plan.h bwd_slot_chunks)
+  int slot_chunks;      // carried copies per task (the slot's capacity in C x D tiles: plan.h bwd_slot_chunks)
   // Per resident chunk-local CTA: f32 scratch tiles (kernels/bwd_local.cuh).
   float* local_scratch; // [num_local_slots, kLocalTiles, C, D]
   bool deterministic;

@@ -7,6 +7,7 @@
 
 #include "common/checks.h"
 #include "common/env.h"
+#include "cuda/bwd_blocks.h"
 #include "cuda/check.h"
 
 namespace pathattn::cuda {
@@ -85,6 +86,15 @@ Plan backward_plan(const std::vector<Segment>& segs, int H, int pair_group, int 
   Plan plan = make_plan(segs, H, true, pair_group, key_block);
   add_carry_blocks(plan, bwd_block_for(plan.max_chunks, D, key_block));
   return plan;
+}
+
+int bwd_slot_chunks(const Plan& plan) {
+  if (plan.carry_block <= 0) return plan.max_chunks;
+  int most = 1;
+  for (const SeqInfo& s : plan.seqs)
+    for (int c = s.first; c < s.first + s.count; ++c)
+      most = std::max(most, BwdLevels::of(c, s.first, s.first + s.count - 1, plan.carry_block).count());
+  return most;
 }
 
 bool bwd_blocks_need_mma(int D) {

@@ -72,6 +72,11 @@ int bwd_block_for(int chunks, int D, int key_block);
 // The backward's plan: make_plan's task list, with the block tables of the two-level backward when bwd_block_for
 // turns it on (api.cu's backward and the workspace tables' tests build it alike).
 Plan backward_plan(const std::vector<Segment>& segs, int H, int pair_group, int key_block, int D);
+// The backward main kernel's carried key copies per task (BwdParams::slot_chunks, the slots' size): one per level of
+// the task (cuda/bwd_blocks.h), at most, over every task of the plan; without blocks max_chunks (one per later chunk,
+// and one spare). With blocks of 8 at 256 chunks: 39 instead of 256, so the slots (the largest part of the
+// backward's scratch at long T) shrink as the chain steps do.
+int bwd_slot_chunks(const Plan& plan);
 // Whether the two-level backward's setting needs the mma.sync main kernel (kernels/bwd_main.cuh) at this D: the
 // two-chunk wgmma kernel (D = 64, bwd_main_pair.cuh) runs blocks of an even size or by count (rounded up), the D =
 // 128 one (bwd_main_wide.cuh) any size; so only an odd size at D = 64.

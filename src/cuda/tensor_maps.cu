@@ -43,6 +43,10 @@ CUtensorMap encode(const void* base, int rank, const cuuint64_t* dims, const cuu
 }  // namespace
 
 // The data type only sets the element size for the copy engine: bf16 and f16 tiles move alike.
+CUtensorMap far_map(bool on, const void* base, int64_t rows, int64_t D, const CUtensorMap& off, const char* what) {
+  return on ? tensor_map_2d(base, rows, D, D, 64, 64, what) : off;
+}
+
 CUtensorMap tensor_map_2d(const void* base, int64_t rows, int64_t cols, int64_t row_stride, int box_rows, int box_cols,
                           const char* what) {
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};

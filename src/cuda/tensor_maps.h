@@ -15,6 +15,11 @@ namespace pathattn::cuda {
 CUtensorMap tensor_map_2d(const void* base, int64_t rows, int64_t cols, int64_t row_stride, int box_rows, int box_cols,
                           const char* what);
 
+// The two-level carry's maps (forward and backward: K', Q', the block steps F): `base` as a [rows, D] matrix in
+// 64 x 64 boxes when blocks are on, else `off`, the map of the per-chunk buffer it stands in for (the kernels never
+// read a far map without blocks, but take one).
+CUtensorMap far_map(bool on, const void* base, int64_t rows, int64_t D, const CUtensorMap& off, const char* what);
+
 // A [B, T, H, D] 16-bit tensor with element strides (b, t, h), read as box_t (t) x box_d (d) tiles at (b, t0, h);
 // rows past T read as zeros.
 CUtensorMap tensor_map_bthd(const void* base, int64_t B, int64_t T, int64_t H, int64_t D, int64_t sb, int64_t st,

@@ -56,7 +56,7 @@ BwdBuffers declare_backward(Workspace& ws, const Problem& p, const Plan& plan, c
   b.count_p = ws.add("count_p", static_cast<std::size_t>(NC) * p.H * 4);
   b.next_task = ws.add("next_task", 4);
   b.dohat = main_reads_dohat(grid) ? ws.add("dohat", q_rows * D * 2) : -1;
-  b.slots = ws.add("slots", static_cast<std::size_t>(main_slots(grid)) * plan.max_chunks * kChunk * D * 2);
+  b.slots = ws.add("slots", static_cast<std::size_t>(main_slots(grid)) * bwd_slot_chunks(plan) * kChunk * D * 2);
   b.local = ws.overlay("local scratch", b.slots, b.slots,
                        static_cast<std::size_t>(grid.local_ctas) * kLocalTiles * kChunk * D * 4);
   if (plan.carry_block > 0) {

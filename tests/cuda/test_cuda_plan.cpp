@@ -4,11 +4,13 @@
 // splits for few (sequence, kv head) pairs, four waves else.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <utility>
 #include <vector>
 
+#include "cuda/bwd_blocks.h"
 #include "cuda/plan.h"
 
 namespace pathattn::cuda {
@@ -119,6 +121,31 @@ TEST(CudaPlan, BackwardBlocksByDefaultFrom64Chunks) {
   }
   EXPECT_FALSE(bwd_blocks_need_mma(64));
   EXPECT_FALSE(bwd_blocks_need_mma(128));
+}
+
+TEST(CudaPlan, SlotsHoldEveryTasksLevels) {
+  // bwd_slot_chunks sizes the main kernel's slots: every key chunk's task stores one carried copy per level
+  // (cuda/bwd_blocks.h), so no task may have more levels than the slot holds, and the bound is reached (no slack);
+  // without blocks the slot holds max_chunks, as before the two-level backward.
+  const std::vector<Segment> segs = {{0, 0, 1}, {0, 1, 64}, {0, 65, 65}, {0, 130, 300}, {0, 430, 16384}};
+  Plan off = make_plan(segs, 2, true, 1, 1);
+  EXPECT_EQ(bwd_slot_chunks(off), off.max_chunks);
+  for (int block : {1, 2, 3, 8, 16, 300}) {
+    Plan pl = make_plan(segs, 2, true, 1, 1);
+    add_carry_blocks(pl, block);
+    const int slots = bwd_slot_chunks(pl);
+    int most = 0;
+    for (const SeqInfo& s : pl.seqs)
+      for (int c = s.first; c < s.first + s.count; ++c) {
+        const int n = BwdLevels::of(c, s.first, s.first + s.count - 1, block).count();
+        ASSERT_LE(n, slots) << "block " << block << ", chunk " << c;
+        most = std::max(most, n);
+      }
+    EXPECT_EQ(slots, std::max(most, 1)) << "block " << block;
+  }
+  Plan eight = make_plan({{0, 0, 16384}}, 1, true, 1, 1);  // 256 chunks, blocks of 8: 7 near + 31 far levels
+  add_carry_blocks(eight, 8);
+  EXPECT_EQ(bwd_slot_chunks(eight), 7 + 31);
 }
 
 TEST(CudaPlan, BackwardTasksCoverEveryChunkOnceInBlocks) {

@@ -140,11 +140,9 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
                                               D, 64, 64, "the backward's slots");
     // The two-level backward's Q' and block steps F (the same shapes as Q^ and E; with blocks off, unread).
     const bool blocks_on = p.carry_block > 0;
-    const CUtensorMap tm_qfar = blocks_on ? tensor_map_2d(p.qfar, q_rows, D, D, 64, 64, "the Q' workspace") : tm_q;
-    const CUtensorMap tm_bstep =
-        blocks_on ? tensor_map_2d(p.blockstep, static_cast<int64_t>(p.num_blocks) * p.H * D, D, D, 64, 64,
-                                  "the block steps' workspace")
-                  : tm_step;
+    const int64_t f_rows = static_cast<int64_t>(p.num_blocks) * p.H * D;
+    const CUtensorMap tm_qfar = far_map(blocks_on, p.qfar, q_rows, D, tm_q, "the Q' workspace");
+    const CUtensorMap tm_bstep = far_map(blocks_on, p.blockstep, f_rows, D, tm_step, "the block steps' workspace");
     if constexpr (D == 64) {
       const int bytes = BwdPairSmem::bytes(p.group, kGate);
       const auto kernel =

@@ -69,11 +69,9 @@ void launch_fwd_wgmma(const FwdParams& p, cudaStream_t stream) {
   const CUtensorMap tm_v = tensor_map_bthd(p.v, p.B, p.T, p.H, D, p.sv.b, p.sv.t, p.sv.h, 64, 64, "v");
   // Without blocks the far maps repeat K^ and E (never read: every chunk is near).
   const bool blocks_on = p.carry_block > 0;
-  const CUtensorMap tm_kf = blocks_on ? tensor_map_2d(p.kfar, krows, D, D, 64, 64, "the K' workspace") : tm_k;
-  const CUtensorMap tm_f =
-      blocks_on ? tensor_map_2d(p.blockstep, static_cast<int64_t>(p.num_blocks) * p.H * D, D, D, 64, 64,
-                                "the block step workspace")
-                : tm_e;
+  const int64_t frows = static_cast<int64_t>(p.num_blocks) * p.H * D;
+  const CUtensorMap tm_kf = far_map(blocks_on, p.kfar, krows, D, tm_k, "the K' workspace");
+  const CUtensorMap tm_f = far_map(blocks_on, p.blockstep, frows, D, tm_e, "the block step workspace");
   constexpr int wg_bytes = FwdWgSmem<D, kOneE>::kBytes;
   auto kernel = fwd_wgmma_kernel<T, D, kGate, kOneE>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, wg_bytes));
