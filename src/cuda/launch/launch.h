@@ -37,6 +37,8 @@ struct BwdGrid {
 };
 // Whether the main kernel reads dO in chunk tiles (BwdParams::dohat, written by bwd_prep): the wgmma ones.
 inline bool main_reads_dohat(const BwdGrid& g) { return g.pair_main || g.wide_main; }
+// Key chunks per main-kernel task (plan.h make_plan's key_block): two in bwd_main_pair, else one.
+inline int main_key_block(const BwdGrid& g) { return g.pair_main ? 2 : 1; }
 // The main kernel's slots (BwdParams::slots): one per CTA, one per warpgroup of bwd_main_pair.
 inline int main_slots(const BwdGrid& g) { return g.main_ctas * (g.pair_main ? 2 : 1); }
 template <typename T, int D, bool kGate, bool kDet>
