@@ -53,10 +53,11 @@
 #          BWD_BLOCK_BENCH (default: the per-chunk mma.sync kernel, the default wgmma kernels, blocks of 4, 8, 16 and
 #          by count)
 #   model: only the model's bench_step
-#   turns: the deterministic turns' cost in the D = 64 main backward: test_cuda_backward (not Long) and its
+#   turns: the deterministic turns' cost in the wgmma main backward kernels: test_cuda_backward (not Long) and its
 #          sanitizers on small cases and the determinism tests (SKIP_TESTS=1 skips them), then bench_fwd --bwd --only 64
-#          (and 8 x 4096, H 12) without the turns' fences, waits, or both (PATHATTN_BWD_TIMING_SKIP 512 / 1024 / 1536;
-#          timing only; TURNS_SKIPS picks the values, default 0 512 1024 1536)
+#          (and 8 x 4096, H 12) and --only 128 in the wide kernel (TURNS_D128=0: not) without the turns' fences, waits,
+#          or both (PATHATTN_BWD_TIMING_SKIP 512 / 1024 / 1536; timing only; TURNS_SKIPS picks the values, default 0
+#          512 1024 1536)
 #   fence: the deterministic turns' opt-in knobs, the fence as fence.acq_rel.gpu (PATHATTN_BWD_FENCE=acq_rel) and up
 #          to 4 passes per fence (PATHATTN_BWD_HELD=4), beside the default (sc, 2): the gpu tests and sanitizers as in
 #          test mode (SKIP_TESTS=1 skips every test), test_cuda_backward (not Long) and its sanitizers with both
@@ -515,10 +516,10 @@ if [ "$MODE" = ncu ]; then
   grep -E "^  [a-z_]+.*\(|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Warp Cycles Per Issued|Issued Ipc|No Eligible|Stall|Shared Memory Configuration|Dynamic Shared" "$OUT/ncu.txt" | head -120 | tee -a "$SUMMARY"
 fi
 
-# turns: what the deterministic mode's ordered turns cost in the two-chunk main kernel (bwd_main_pair.cuh): bench_fwd
-# --bwd --only 64 with stage times with the turns whole, without their fences (PATHATTN_BWD_TIMING_SKIP=512),
-# without their waits (1024), and without either (1536), at the default shapes and the training step's (8 x 4096,
-# H 12). Timing only: without them the sums' order is not fixed.
+# turns: what the deterministic mode's ordered turns cost in the wgmma main kernels (bwd_main_pair.cuh at D = 64,
+# bwd_main_wide.cuh at D = 128): bench_fwd --bwd --only 64 / 128 with stage times with the turns whole, without their
+# fences (PATHATTN_BWD_TIMING_SKIP=512), without their waits (1024), and without either (1536), at the default shapes
+# and the training step's (8 x 4096, H 12). Timing only: without them the sums' order is not fixed.
 if [ "$MODE" = turns ]; then
   if [ "${SKIP_TESTS:-0}" != 1 ]; then  # the two-chunk kernel's tests and sanitizers first
     tests_bwd turns --gtest_filter=-Long/*
@@ -532,6 +533,14 @@ if [ "$MODE" = turns ]; then
     PATHATTN_BWD_TIMING_SKIP=$skip PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd --bwd --iters 5 \
       --shape 8,4096,12,64 > "$OUT/bench_turns_step_$skip.log" 2>&1
     python3 tools/bench_stages.py "$OUT/bench_turns_step_$skip.log" | tee -a "$SUMMARY"
+    # D = 128 in the column-split wgmma kernel (the fast mode's default; the deterministic one runs the mma.sync
+    # kernel with blocks, whose turns are per CTA): TURNS_D128=0 leaves it out.
+    if [ "${TURNS_D128:-1}" = 1 ]; then
+      PATHATTN_BWD_MAIN=wgmma PATHATTN_BWD_TIMING_SKIP=$skip PATHATTN_CUDA_PROFILE=1 build-gpu/bench/cuda/bench_fwd \
+        --bwd --iters 5 --only 128 > "$OUT/bench_turns_128_$skip.log" 2>&1
+      note "bench_fwd --bwd --only 128 (wide kernel), PATHATTN_BWD_TIMING_SKIP=$skip: rc=$?"
+      python3 tools/bench_stages.py "$OUT/bench_turns_128_$skip.log" | tee -a "$SUMMARY"
+    fi
   done
 fi
 if [ "$MODE" = fence ]; then

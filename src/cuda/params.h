@@ -150,8 +150,8 @@ struct BwdParams : FwdParams {
   // 2: the dP atomics, 4: phase 1's products, 8: the dQ^ product and its atomics; and the chunk-local kernel:
   // 16: the UT solve, 32: the per-head part, 64: the key side (Eq. 29-30), 128: dP and K^'s backward (Eq. 34, 29),
   // 256: the factors' recomputation (Eq. 10, 12); the wgmma main kernels' deterministic turns (the sums stay right,
-  // their order not fixed): 512: no fence before a turn is passed, 1024: no wait for a turn (the two-chunk kernel
-  // only). 0 in every real call.
+  // their order not fixed): 512: no fence before a turn is passed, 1024: no wait for a turn (both wgmma
+  // main kernels). 0 in every real call.
   int timing_skip;
 };
 

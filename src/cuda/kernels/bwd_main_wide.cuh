@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(256, 1)
       float dq[8][4];
       // (dQ^_m at a near level, dQ'_m at a far one: one turn counter per query row, cuda/bwd_blocks.h)
       auto dq_tail = [&](int64_t qrow, int st, int len) {
-        if constexpr (kDet) warp_wait_turn(p.count_q + qrow, lv.query_turn(m), 8);
+        if constexpr (kDet) if (!(p.timing_skip & 1024)) warp_wait_turn(p.count_q + qrow, lv.query_turn(m), 8);
         if constexpr (kGate)
           if (wg == 0) add_gate_rows(p.dgrow + qrow * C, sRow(st), len);  // threads < len: warps 0, 1
         atomic_add_acc<8>(dq, (far ? p.dqfar : p.dqacc) + qrow * C * D + 64 * wg, D, row0, len);
@@ -344,7 +344,7 @@ __global__ void __launch_bounds__(256, 1)
         wgmma_fence_operand(dpj);
         const int64_t unit_h = (int64_t)(far_prev ? p.blk_of[u] : u) * p.H + h;
         int* count = (far_prev ? p.count_pi : p.count_p) + unit_h;
-        if constexpr (kDet) warp_wait_turn(count, lv.step_turn(i - 1), 8);
+        if constexpr (kDet) if (!(p.timing_skip & 1024)) warp_wait_turn(count, lv.step_turn(i - 1), 8);
         atomic_add_acc<16>(dpj, (far_prev ? p.dpiacc : p.dpacc) + unit_h * D * D + (int64_t)64 * wg * D, D, row0, 64);
         if constexpr (kDet) defer_pass(held, count, fence, p.held_passes);
         wgmma_wait<0>();
