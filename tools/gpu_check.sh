@@ -51,7 +51,8 @@
 #          (BWD_BLOCK_LONG=0 leaves it out), memcheck + racecheck on small cases with each of BWD_BLOCK_SANITIZE
 #          (default: blocks of 2), then bench_fwd --bwd at both D with stage times for each of
 #          BWD_BLOCK_BENCH (default: the per-chunk mma.sync kernel, the default wgmma kernels, blocks of 4, 8, 16 and
-#          by count)
+#          by count; BWD_BLOCK_BENCH_ARGS: bench_fwd's arguments, default --only 0 --iters 3). Each variant's case
+#          errors are compared with docs/perf/errors_bwd_*.txt (tools/same_errors.py)
 #   model: only the model's bench_step
 #   turns: the deterministic turns' cost in the wgmma main backward kernels: test_cuda_backward (not Long) and its
 #          sanitizers on small cases and the determinism tests (SKIP_TESTS=1 skips them), then bench_fwd --bwd --only 64
@@ -187,6 +188,10 @@ tests_bwd() {
   timeout ${BWD_TEST_TIMEOUT:-420} build-gpu/tests/cuda/test_cuda_backward "$@" > "$OUT/errors_bwd_$tag.log" 2>&1
   note "test_cuda_backward ($tag): rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/errors_bwd_$tag.log" | tr '\n' ' ') ($(( $(date +%s) - t0 )) s)"
   grep -E '^\[  FAILED  \]' "$OUT/errors_bwd_$tag.log" | head -20 | tee -a "$SUMMARY"
+  # Each case's errors against a recorded commit's (deterministic cases with the same sums print the same digits).
+  for ref in docs/perf/errors_bwd_*.txt; do
+    [ -f "$ref" ] && python3 tools/same_errors.py "$OUT/errors_bwd_$tag.log" "$ref" | sed "s/^/($tag) /" | tee -a "$SUMMARY"
+  done
 }
 # Small D = 64 backward cases for the sanitizers (gate + GQA, varlen with length-1 sequences, B > 1 f16).
 SMALL_BWD64='*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T200_H2_HQ2_D64*'
@@ -691,8 +696,9 @@ if [ "$MODE" = bwdblock ]; then
     ( export ${v//,/ }; sanitize "bwd_${v//[=,]/_}" build-gpu/tests/cuda/test_cuda_backward "$SMALL_BWD64:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16" 300 )
   done
   for v in ${BWD_BLOCK_BENCH:-PATHATTN_BWD_MAIN=mma PATHATTN_BWD_BLOCK=0 PATHATTN_BWD_BLOCK=4 PATHATTN_BWD_BLOCK=8 PATHATTN_BWD_BLOCK=16 PATHATTN_BWD_BLOCK=-1}; do
-    env ${v//,/ } PATHATTN_CUDA_PROFILE=1 timeout 200 build-gpu/bench/cuda/bench_fwd --bwd --only 0 --iters 3 > "$OUT/bench_bwd_$v.log" 2>&1
-    note "bench_fwd --bwd --only 0, $v: rc=$?"
+    env ${v//,/ } PATHATTN_CUDA_PROFILE=1 timeout 200 build-gpu/bench/cuda/bench_fwd --bwd ${BWD_BLOCK_BENCH_ARGS:---only 0 --iters 3} \
+      > "$OUT/bench_bwd_$v.log" 2>&1
+    note "bench_fwd --bwd ${BWD_BLOCK_BENCH_ARGS:---only 0 --iters 3}, $v: rc=$?"
     grep -E '^#|^ +B|^ +[0-9]' "$OUT/bench_bwd_$v.log" | tee -a "$SUMMARY"
     python3 tools/bench_stages.py "$OUT/bench_bwd_$v.log" | tee -a "$SUMMARY"
   done

@@ -1,4 +1,4 @@
-// Host side of the bulk copy engine: tensor maps (CUtensorMap) for the tiles the D = 64 forward kernel streams.
+// Host side of the bulk copy engine: tensor maps (CUtensorMap) for the tiles the wgmma kernels stream and reduce into.
 // cuTensorMapEncodeTiled is a driver function; it is fetched once through the runtime's entry-point query, so the
 // library links only cudart.
 #pragma once
@@ -14,6 +14,10 @@ namespace pathattn::cuda {
 // pathattn::Error if the driver refuses the map.
 CUtensorMap tensor_map_2d(const void* base, int64_t rows, int64_t cols, int64_t row_stride, int box_rows, int box_cols,
                           const char* what);
+
+// A dense row-major [rows, cols] f32 matrix, as box_rows x box_cols tiles in the 128-byte swizzle (box_cols * 4 bytes
+// at most 128): the target of bulk reductions (kernels/tma.cuh tma_reduce_add_2d).
+CUtensorMap tensor_map_2d_f32(float* base, int64_t rows, int64_t cols, int box_rows, int box_cols, const char* what);
 
 // The two-level carry's maps (forward and backward: K', Q', the block steps F): `base` as a [rows, D] matrix in
 // 64 x 64 boxes when blocks are on, else `off`, the map of the per-chunk buffer it stands in for (the kernels never

@@ -70,9 +70,23 @@ struct BwdPairSmem {
   static constexpr int kPadHalves = 6 * C * LDP;
   // per stage: lse2, delta, query gate, key gate of chunk c0, of c0 + 1 [C] each (5 C); row sums [2 stages][8 warps][C]
   static constexpr int kFloats = 2 * 5 * C + 2 * 8 * C;
-  static constexpr int bytes(int group, bool gate) {
-    return 1024 + (kSwzHalves + kPadHalves) * 2 + (kFloats + (gate ? 2 * group * C : 0)) * 4 + 5 * 8;
+  // Bytes after the aligned base: the tiles, the floats, the mbarriers.
+  static constexpr int used(int group, bool gate) {
+    return (kSwzHalves + kPadHalves) * 2 + (kFloats + (gate ? 2 * group * C : 0)) * 4 + 5 * 8;
   }
+  // The turns' bulk form (kBulk): per warpgroup two staging buffers, each a C x 64 f32 tile (two 32-column boxes in
+  // the 128-byte swizzle, 1024-byte aligned) and C floats of the gate's row sums, after the rest.
+  static constexpr int kStageTile = C * 64 * 4, kStageRows = C * 4;
+  static constexpr int stage_offset(int group, bool gate) { return (used(group, gate) + 1023) / 1024 * 1024; }
+  static constexpr int bytes(int group, bool gate, bool bulk = false) {
+    return 1024 + (bulk ? stage_offset(group, gate) + 4 * (kStageTile + kStageRows) : used(group, gate));
+  }
+};
+
+// The bulk form's tensor maps (kBulk; f32, 64 x 32 boxes in the 128-byte swizzle, tensor_map_2d_f32): dQ^, dQ', dP
+// and dPi as [rows, 64] matrices. Without kBulk never read.
+struct BwdTurnMaps {
+  CUtensorMap dq, dqfar, dp, dpi;
 };
 
 namespace bwd_detail {
@@ -115,19 +129,52 @@ struct HeldPasses {
 };
 // Passes every held turn with one fence (TurnFence, bwd_tiles.cuh; kNone: timing only) if the warp holds at least
 // `at_least` (>= 1) of them.
+// kBulk: the tiles went out as bulk reductions issued by lane 0 (bulk_turn_add below), so lane 0 alone waits for
+// them to complete, orders them before its generic accesses, fences and passes; the warp's other lanes have added
+// nothing to global memory and do not fence.
+template <bool kBulk = false>
 __device__ __forceinline__ void flush_passes(HeldPasses& h, TurnFence fence, int at_least = 1) {
   if (h.n == 0 || h.n < at_least) return;
-  turn_fence(fence);
-  __syncwarp();
-  if (threadIdx.x % 32 == 0)
-    for (int i = 0; i < h.n; ++i) atomicAdd(h.slots[i], 1);
+  if constexpr (kBulk) {
+    if (threadIdx.x % 32 == 0) {
+      if (fence != TurnFence::kNone) {
+        bulk_wait_group<0>();
+        fence_proxy_async_global();
+      }
+      turn_fence(fence);
+      for (int i = 0; i < h.n; ++i) atomicAdd(h.slots[i], 1);
+    }
+  } else {
+    turn_fence(fence);
+    __syncwarp();
+    if (threadIdx.x % 32 == 0)
+      for (int i = 0; i < h.n; ++i) atomicAdd(h.slots[i], 1);
+  }
   h.n = 0;
   __syncwarp();
 }
+template <bool kBulk = false>
 __device__ __forceinline__ void defer_pass(HeldPasses& h, int* counter, TurnFence fence, int max_held) {
-  if (h.n >= max_held) flush_passes(h, fence);
+  if (h.n >= max_held) flush_passes<kBulk>(h, fence);
   if (threadIdx.x % 32 == 0) h.slots[h.n] = counter;
   ++h.n;
+}
+// Stages a warpgroup's C x 64 f32 accumulator tile (this warp's rows row0.., rows >= `rows` as zeros) in shared
+// memory as two 32-column boxes in the 128-byte swizzle, the layout of a 64 x 32 box of tensor_map_2d_f32 there:
+// row r's 16-byte chunk j of a box sits at chunk j ^ (r % 8). A warp's float2 stores then meet every bank twice
+// (two wavefronts, the least for 256 bytes); in a plain row-major tile its eight rows would share the same banks.
+__device__ __forceinline__ void stage_acc_swz(const float (&acc)[8][4], float* tile, int row0, int rows) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = row0 + g + 8 * hh;
+      const int cc = (nt % 4) * 8 + 2 * t4;  // the column inside box nt / 4
+      float* dst = tile + (nt / 4) * (kChunk * 32) + r * 32 + (((cc / 4) ^ (r % 8)) * 4) + cc % 4;
+      const bool in = r < rows;
+      *reinterpret_cast<float2*>(dst) = make_float2(in ? acc[nt][2 * hh] : 0.f, in ? acc[nt][2 * hh + 1] : 0.f);
+    }
 }
 }  // namespace bwd_detail
 
@@ -137,15 +184,16 @@ __device__ __forceinline__ void defer_pass(HeldPasses& h, int* counter, TurnFenc
 // (docs/perf/notes.md v11): bwd_main det / fast 62.3 / 41.9 -> 56.2 / 35.0 ms at 32 x 4096, 250.0 / 170.0 -> 224.6 /
 // 142.0 at 8 x 16384. (The fast mode's tails by bulk reductions instead of float4 atomics, a per-warp form of the
 // one-chunk kernel's, were slower here: 35.0 -> 37.1 and 142.0 -> 149.8 ms; removed.)
-template <typename T, bool kGate, bool kDet, bool kBlocks>
+template <typename T, bool kGate, bool kDet, bool kBlocks, bool kBulk = false>
 __global__ void __launch_bounds__(256, 1)
     bwd_main_pair_kernel(const BwdParams p, const __grid_constant__ CUtensorMap tm_q,
                          const __grid_constant__ CUtensorMap tm_do, const __grid_constant__ CUtensorMap tm_step,
                          const __grid_constant__ CUtensorMap tm_slot, const __grid_constant__ CUtensorMap tm_qfar,
-                         const __grid_constant__ CUtensorMap tm_bstep) {
+                         const __grid_constant__ CUtensorMap tm_bstep, const __grid_constant__ BwdTurnMaps tmaps) {
   using namespace fwd_detail;
   using namespace bwd_detail;
   using S = BwdPairSmem;
+  static_assert(kDet || !kBulk, "the bulk form is the deterministic turns'");
   constexpr int D = 64, C = kChunk, LDP = S::LDP;
   constexpr int NT = D / 8, KD = D / 16, NC8 = C / 8, KC = C / 16;
 
@@ -214,13 +262,57 @@ __global__ void __launch_bounds__(256, 1)
   HeldPasses held{s_pending[warp], 0};
   const TurnFence fence = turn_fence_of(p);
   auto flush_pass = [&]() {
-    if constexpr (kDet) flush_passes(held, fence, p.held_passes - 1);
+    if constexpr (kDet) flush_passes<kBulk>(held, fence, p.held_passes - 1);
   };
   auto flush_all = [&]() {
-    if constexpr (kDet) flush_passes(held, fence);
+    if constexpr (kDet) flush_passes<kBulk>(held, fence);
   };
   auto hold_pass = [&](int* c) {
-    if constexpr (kDet) defer_pass(held, c, fence, p.held_passes);
+    if constexpr (kDet) defer_pass<kBulk>(held, c, fence, p.held_passes);
+  };
+  // The turns' bulk form (kBulk; docs/perf/notes.md "The turns' tiles as bulk reductions"): a tile addition in turn
+  // stages the warpgroup's tile in shared memory, and the warpgroup's first warp alone waits for the turn; its lane
+  // 0 issues the tile (and the gate's row sums) as bulk reductions and holds the pass, which it passes at a later
+  // flush point once they are complete (flush_passes<true>). The other warps neither wait nor fence; the copy
+  // engine, not the warps' float4 atomics, does the adds. Each warpgroup has two staging buffers, used in turn:
+  // before one is written again, the reductions that read it two additions ago are done reading (wait_group.read 1).
+  float* const stage0 = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(sm) + S::stage_offset(p.group, kGate));
+  const bool lead = __shfl_sync(0xffffffffu, (threadIdx.x / 32) % 4, 0) == 0;  // the warpgroup's first warp
+  int nbuf = 0;  // this warpgroup's next staging buffer (every thread of the warpgroup keeps it alike)
+  // acc: the warpgroup's C x 64 tile, rows >= rows zero; map / (x = 0, 32; y): its target; rs: with the gate, the 8
+  // warps' row sums [8][C] of dl, whose sum (in a fixed order, rows >= rows zero) is added to grow; counter / turn:
+  // its turn.
+  auto bulk_turn_add = [&](auto with_rows, const float (&acc)[8][4], int rows, const CUtensorMap* map, int y,
+                           const float* rs, float* grow, int* counter, int turn) {
+    constexpr bool kRows = decltype(with_rows)::value;
+    float* tile = stage0 + (2 * wg + nbuf) * (C * 64);
+    float* rowbuf = stage0 + 4 * C * 64 + (2 * wg + nbuf) * C;
+    if (lead && lane == 0) bulk_wait_group_read<1>();
+    named_barrier_sync(1 + wg, 128);  // the buffer's last reductions have read it
+    stage_acc_swz(acc, tile, row0, rows);
+    fence_proxy_async_smem();         // these stores, before the copy engine reads them
+    named_barrier_sync(1 + wg, 128);  // the whole tile staged
+    if (lead) {
+      if constexpr (kRows) {  // (the gate's row sums by this warp alone: summed before the barrier they made ptxas
+                            // serialise the gated block instance's wgmma, C7520)
+        for (int t = lane; t < C; t += 32)
+          rowbuf[t] = t < rows ? ((rs[t] + rs[C + t]) + (rs[2 * C + t] + rs[3 * C + t])) +
+                                     ((rs[4 * C + t] + rs[5 * C + t]) + (rs[6 * C + t] + rs[7 * C + t]))
+                               : 0.f;
+        fence_proxy_async_smem();
+        __syncwarp();
+      }
+      if (!(p.timing_skip & 1024)) warp_wait_turn(counter, turn, 1);
+      if (lane == 0) {
+        fence_proxy_async_global();  // the turn's acquire, before the copy engine's adds
+        tma_reduce_add_2d(map, 0, y, smem_addr(tile));
+        tma_reduce_add_2d(map, 32, y, smem_addr(tile + C * 32));
+        if constexpr (kRows) bulk_reduce_add_f32(grow, smem_addr(rowbuf), C * 4);
+        bulk_commit_group();
+      }
+      hold_pass(counter);
+    }
+    nbuf ^= 1;
   };
   __syncthreads();
 
@@ -351,6 +443,12 @@ __global__ void __launch_bounds__(256, 1)
       // dQ^_m and dQ'_m of one query row share a counter (cuda/bwd_blocks.h): task c0 adds after the
       // (m - 1 - c0) / 2 tasks that start above it, near or far (half the one-chunk kernel's turn).
       auto dq_add = [&](int m, int64_t qrow, int st, int len) {
+        if constexpr (kBulk) {
+          bulk_turn_add(std::bool_constant<kGate>{}, dq, len, far ? &tmaps.dqfar : &tmaps.dq, static_cast<int>(qrow * C),
+                        kGate ? sRow(st) : nullptr,
+                        kGate ? p.dgrow + qrow * C : nullptr, p.count_q + qrow, lv.query_turn(m) / 2);
+          return;
+        }
         if constexpr (kDet) if (!(p.timing_skip & 1024)) warp_wait_turn(p.count_q + qrow, lv.query_turn(m) / 2, 4);
         if constexpr (kGate) {  // dgrow[t] += the 8 warps' row sums, in a fixed order
           const float* rs = sRow(st);
@@ -497,9 +595,14 @@ __global__ void __launch_bounds__(256, 1)
           if (chain1) wgmma_fence_frags(ea1);
           const int64_t unit_h = (int64_t)(far_prev ? p.blk_of[u] : u) * p.H + h;
           int* count = (far_prev ? p.count_pi : p.count_p) + unit_h;
-          if constexpr (kDet) if (!(p.timing_skip & 1024)) warp_wait_turn(count, lv.step_turn(i - 1) / 2, 4);
-          atomic_add_acc<8>(dpj, (far_prev ? p.dpiacc : p.dpacc) + unit_h * D * D, D, row0, D);
-          hold_pass(count);
+          if constexpr (kBulk) {
+            bulk_turn_add(std::false_type{}, dpj, D, far_prev ? &tmaps.dpi : &tmaps.dp, static_cast<int>(unit_h * D),
+                          nullptr, nullptr, count, lv.step_turn(i - 1) / 2);
+          } else {
+            if constexpr (kDet) if (!(p.timing_skip & 1024)) warp_wait_turn(count, lv.step_turn(i - 1) / 2, 4);
+            atomic_add_acc<8>(dpj, (far_prev ? p.dpiacc : p.dpacc) + unit_h * D * D, D, row0, D);
+            hold_pass(count);
+          }
         } else {
           if (update) {
             wgmma_fence_operand(e_acc);
@@ -532,6 +635,9 @@ __global__ void __launch_bounds__(256, 1)
       }
     }
   }
+  // (kBulk) A flush without the fence (timing only) left reductions pending: they read shared memory until done.
+  if constexpr (kBulk)
+    if (lead && lane == 0) bulk_wait_group<0>();
 }
 
 }  // namespace pathattn::cuda

@@ -76,4 +76,36 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
 // Orders this thread's generic-proxy accesses to global memory with its async-proxy (bulk copy) ones.
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
+// Bulk reductions from shared memory into global memory (f32 adds at L2, by the copy engine), tracked per issuing
+// thread in bulk async-groups: the deterministic turns' tiles in their bulk form (bwd_main_pair.cuh, kBulk).
+// The box at (x, y) of a 2-D f32 tensor map (its 128-byte swizzle: tensor_map_2d_f32) += the tile at src.
+__device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, int x, int y, uint32_t src) {
+  asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(x), "r"(y), "r"(src)
+               : "memory");
+}
+// dst[0 .. bytes / 4) += the floats at src (bytes a multiple of 16, both addresses 16-byte aligned).
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+               "r"(bytes)
+               : "memory");
+}
+// Closes this thread's bulk operations issued since the last commit into one bulk async-group.
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's bulk async-groups are pending: complete (their writes performed), or with
+// the _read form only done reading their shared-memory sources (which may then be overwritten).
+template <int N>
+__device__ __forceinline__ void bulk_wait_group() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// Barrier `id` (1..15; 0 is __syncthreads') among `threads` threads (whole warps) of the CTA.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 }  // namespace pathattn::cuda

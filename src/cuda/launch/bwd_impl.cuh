@@ -52,6 +52,14 @@ inline const std::string& main_setting() {
   static const std::string s = env::choice("PATHATTN_BWD_MAIN", {"auto", "wgmma", "mma"}, "auto");
   return s;
 }
+// PATHATTN_BWD_TURNS: how the deterministic mode's ordered tiles go out in the two-chunk wgmma kernel (D = 64):
+// atomic (the default: every warp's float4 atomics, then its fence and pass) or bulk (staged in shared memory, one
+// warp per warpgroup takes the turn and the copy engine adds the tile: bwd_main_pair.cuh kBulk; unrun until
+// measured, docs/perf/notes.md).
+inline bool turns_bulk() {
+  static const bool b = env::choice("PATHATTN_BWD_TURNS", {"atomic", "bulk"}, "atomic") == "bulk";
+  return b;
+}
 inline bool mma_main_forced(int D) { return main_setting() == "mma" || bwd_blocks_need_mma(D); }
 inline bool fits_smem(int bytes) {
   int dev = 0, most = 0;
@@ -88,9 +96,13 @@ BwdGrid bwd_grid(int group) {
   g.pair_main = D == 64 && wgmma;
   g.wide_main = D == 128 && wgmma && bwd_launch_detail::fits_smem(BwdWideSmem::bytes(group, kGate));
   if constexpr (D == 64) {  // (each D's TU compiles its own wgmma kernel only)
-    if (g.pair_main)
-      g.main_ctas = bwd_launch_detail::resident(bwd_main_pair_kernel<T, kGate, kDet, false>, 256, BwdPairSmem::bytes(group, kGate),
-                                                "bwd_main_pair_kernel");
+    if (g.pair_main) {
+      const bool bulk = kDet && bwd_launch_detail::turns_bulk();
+      g.main_ctas = bulk ? bwd_launch_detail::resident(bwd_main_pair_kernel<T, kGate, kDet, false, kDet>, 256,
+                                                       BwdPairSmem::bytes(group, kGate, true), "bwd_main_pair_kernel")
+                         : bwd_launch_detail::resident(bwd_main_pair_kernel<T, kGate, kDet, false>, 256,
+                                                       BwdPairSmem::bytes(group, kGate), "bwd_main_pair_kernel");
+    }
   } else {
     if (g.wide_main)
       g.main_ctas = bwd_launch_detail::resident(bwd_main_wide_kernel<T, kGate, kDet, false>, 256, BwdWideSmem::bytes(group, kGate),
@@ -144,12 +156,25 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
     const CUtensorMap tm_qfar = far_map(blocks_on, p.qfar, q_rows, D, tm_q, "the Q' workspace");
     const CUtensorMap tm_bstep = far_map(blocks_on, p.blockstep, f_rows, D, tm_step, "the block steps' workspace");
     if constexpr (D == 64) {
-      const int bytes = BwdPairSmem::bytes(p.group, kGate);
-      const auto kernel =
-          blocks_on ? bwd_main_pair_kernel<T, kGate, kDet, true> : bwd_main_pair_kernel<T, kGate, kDet, false>;
+      // The bulk form of the turns (PATHATTN_BWD_TURNS=bulk, deterministic calls): the f32 accumulators it reduces
+      // into, as [rows, 64] maps of 64 x 32 boxes (without blocks the far ones repeat the near ones, unread).
+      const bool bulk = kDet && bwd_launch_detail::turns_bulk();
+      BwdTurnMaps tmaps{};
+      if (bulk) {
+        const int64_t p_rows = static_cast<int64_t>(p.num_chunks) * p.H * D;
+        tmaps.dq = tensor_map_2d_f32(p.dqacc, q_rows, D, 64, 32, "the dQ^ accumulator");
+        tmaps.dqfar = blocks_on ? tensor_map_2d_f32(p.dqfar, q_rows, D, 64, 32, "the dQ' accumulator") : tmaps.dq;
+        tmaps.dp = tensor_map_2d_f32(p.dpacc, p_rows, D, 64, 32, "the dP accumulator");
+        tmaps.dpi = blocks_on ? tensor_map_2d_f32(p.dpiacc, f_rows, D, 64, 32, "the dPi accumulator") : tmaps.dp;
+      }
+      const int bytes = BwdPairSmem::bytes(p.group, kGate, bulk);
+      const auto kernel = bulk ? (blocks_on ? bwd_main_pair_kernel<T, kGate, kDet, true, kDet>
+                                            : bwd_main_pair_kernel<T, kGate, kDet, false, kDet>)
+                               : (blocks_on ? bwd_main_pair_kernel<T, kGate, kDet, true>
+                                            : bwd_main_pair_kernel<T, kGate, kDet, false>);
       CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-      kernel<<<grid.main_ctas, 256, bytes, stream>>>(p, tm_q, tm_do, tm_step, tm_slot, tm_qfar, tm_bstep);
-      CUDA_CHECK_LAUNCH("bwd_main_pair_kernel");
+      kernel<<<grid.main_ctas, 256, bytes, stream>>>(p, tm_q, tm_do, tm_step, tm_slot, tm_qfar, tm_bstep, tmaps);
+      CUDA_CHECK_LAUNCH(bulk ? "bwd_main_pair_kernel (bulk turns)" : "bwd_main_pair_kernel");
     } else {
       const int bytes = BwdWideSmem::bytes(p.group, kGate);
       const auto kernel =
