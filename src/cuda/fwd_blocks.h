@@ -4,11 +4,7 @@
 // host against the per-chunk forward (every query's logits, in f64).
 #pragma once
 
-#ifdef __CUDACC__
-#define PATHATTN_HD __host__ __device__ __forceinline__
-#else
-#define PATHATTN_HD inline
-#endif
+#include "cuda/host_device.h"
 
 namespace pathattn::cuda {
 

@@ -170,8 +170,7 @@ __device__ __forceinline__ void stage_acc_swz(const float (&acc)[8][4], float* t
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int r = row0 + g + 8 * hh;
-      const int cc = (nt % 4) * 8 + 2 * t4;  // the column inside box nt / 4
-      float* dst = tile + (nt / 4) * (kChunk * 32) + r * 32 + (((cc / 4) ^ (r % 8)) * 4) + cc % 4;
+      float* dst = tile + swz128<4>(r, nt * 8 + 2 * t4, kChunk);
       const bool in = r < rows;
       *reinterpret_cast<float2*>(dst) = make_float2(in ? acc[nt][2 * hh] : 0.f, in ? acc[nt][2 * hh + 1] : 0.f);
     }

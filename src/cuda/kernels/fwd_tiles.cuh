@@ -8,6 +8,7 @@
 
 #include "cuda/kernels/common.cuh"
 #include "cuda/params.h"
+#include "cuda/swizzle.h"
 
 namespace pathattn::cuda {
 
@@ -21,7 +22,7 @@ namespace fwd_detail {
 template <bool kSwz, bool kWide = false>
 __device__ __forceinline__ int swz(int row, int col, int ld) {
   if constexpr (kSwz) {
-    if (kWide && ld == 64) return (col >> 6) * (kChunk * 64) + row * 64 + (((col >> 3) ^ row) & 7) * 8 + (col & 7);
+    if (kWide && ld == 64) return swz128<2>(row, col, kChunk);
     return row * ld + ((((col >> 3) ^ row) & 7) | ((col >> 3) & ~7)) * 8 + (col & 7);
   } else {
     return row * ld + col;
