@@ -13,13 +13,17 @@ namespace pathattn::cuda {
 // bf16 / f16 sub-tiles of the wgmma kernels; kBytes = 4: f32 tiles of 32-column boxes (the bulk reductions'
 // staging, kernels/bwd_main_pair.cuh).
 // (Shifts and masks, not / and %: the same instructions as the wgmma kernels' index had before it moved here.)
+// swz128_in_box: the same for a column inside one box (col < 128 / kBytes), for callers whose box is known apart.
+template <int kBytes>
+PATHATTN_HD int swz128_in_box(int row, int col) {
+  static_assert(kBytes == 2 || kBytes == 4, "16- or 32-bit elements");
+  constexpr int kChunkShift = kBytes == 2 ? 3 : 2, kPerChunk = 1 << kChunkShift;  // elements per 16 bytes
+  return row * (128 / kBytes) + (((col >> kChunkShift) ^ row) & 7) * kPerChunk + (col & (kPerChunk - 1));
+}
 template <int kBytes>
 PATHATTN_HD int swz128(int row, int col, int rows) {
-  static_assert(kBytes == 2 || kBytes == 4, "16- or 32-bit elements");
-  constexpr int kRowShift = kBytes == 2 ? 6 : 5, kChunkShift = kBytes == 2 ? 3 : 2;  // log2 of 128 and 16 bytes
-  constexpr int kRow = 1 << kRowShift, kPerChunk = 1 << kChunkShift;
-  return (col >> kRowShift) * (rows * kRow) + row * kRow + (((col >> kChunkShift) ^ row) & 7) * kPerChunk +
-         (col & (kPerChunk - 1));
+  constexpr int kRowShift = kBytes == 2 ? 6 : 5;  // log2 of the elements in 128 bytes
+  return (col >> kRowShift) * (rows << kRowShift) + swz128_in_box<kBytes>(row, col & ((1 << kRowShift) - 1));
 }
 
 }  // namespace pathattn::cuda

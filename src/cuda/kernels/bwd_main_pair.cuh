@@ -170,7 +170,7 @@ __device__ __forceinline__ void stage_acc_swz(const float (&acc)[8][4], float* t
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int r = row0 + g + 8 * hh;
-      float* dst = tile + swz128<4>(r, nt * 8 + 2 * t4, kChunk);
+      float* dst = tile + (nt / 4) * (kChunk * 32) + swz128_in_box<4>(r, (nt % 4) * 8 + 2 * t4);  // box nt / 4
       const bool in = r < rows;
       *reinterpret_cast<float2*>(dst) = make_float2(in ? acc[nt][2 * hh] : 0.f, in ? acc[nt][2 * hh + 1] : 0.f);
     }
@@ -278,29 +278,23 @@ __global__ void __launch_bounds__(256, 1)
   float* const stage0 = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(sm) + S::stage_offset(p.group, kGate));
   const bool lead = __shfl_sync(0xffffffffu, (threadIdx.x / 32) % 4, 0) == 0;  // the warpgroup's first warp
   int nbuf = 0;  // this warpgroup's next staging buffer (every thread of the warpgroup keeps it alike)
-  // acc: the warpgroup's C x 64 tile, rows >= rows zero; map / (x = 0, 32; y): its target; rs: with the gate, the 8
-  // warps' row sums [8][C] of dl, whose sum (in a fixed order, rows >= rows zero) is added to grow; counter / turn:
-  // its turn.
+  // acc: the warpgroup's C x 64 tile, rows >= rows zero; map / (x = 0, 32; y): its target; with_rows (the gate): the
+  // C row sums of dl to add to grow, thread t < C's row_value row t's; counter / turn: its turn.
   auto bulk_turn_add = [&](auto with_rows, const float (&acc)[8][4], int rows, const CUtensorMap* map, int y,
-                           const float* rs, float* grow, int* counter, int turn) {
+                           float row_value, float* grow, int* counter, int turn) {
     constexpr bool kRows = decltype(with_rows)::value;
     float* tile = stage0 + (2 * wg + nbuf) * (C * 64);
     float* rowbuf = stage0 + 4 * C * 64 + (2 * wg + nbuf) * C;
     if (lead && lane == 0) bulk_wait_group_read<1>();
     named_barrier_sync(1 + wg, 128);  // the buffer's last reductions have read it
     stage_acc_swz(acc, tile, row0, rows);
+    if constexpr (kRows) {
+      const int t = threadIdx.x % 128;
+      if (t < C) rowbuf[t] = t < rows ? row_value : 0.f;
+    }
     fence_proxy_async_smem();         // these stores, before the copy engine reads them
     named_barrier_sync(1 + wg, 128);  // the whole tile staged
     if (lead) {
-      if constexpr (kRows) {  // (the gate's row sums by this warp alone: summed before the barrier they made ptxas
-                            // serialise the gated block instance's wgmma, C7520)
-        for (int t = lane; t < C; t += 32)
-          rowbuf[t] = t < rows ? ((rs[t] + rs[C + t]) + (rs[2 * C + t] + rs[3 * C + t])) +
-                                     ((rs[4 * C + t] + rs[5 * C + t]) + (rs[6 * C + t] + rs[7 * C + t]))
-                               : 0.f;
-        fence_proxy_async_smem();
-        __syncwarp();
-      }
       if (!(p.timing_skip & 1024)) warp_wait_turn(counter, turn, 1);
       if (lane == 0) {
         fence_proxy_async_global();  // the turn's acquire, before the copy engine's adds
@@ -443,9 +437,15 @@ __global__ void __launch_bounds__(256, 1)
       // (m - 1 - c0) / 2 tasks that start above it, near or far (half the one-chunk kernel's turn).
       auto dq_add = [&](int m, int64_t qrow, int st, int len) {
         if constexpr (kBulk) {
+          float gsum = 0.f;  // row t % C of the 8 warps' row sums of dl, in the atomic form's order (threads t < C add it)
+          if constexpr (kGate) {
+            const float* rs = sRow(st);
+            const int t = threadIdx.x % C;
+            gsum = ((rs[t] + rs[C + t]) + (rs[2 * C + t] + rs[3 * C + t])) +
+                   ((rs[4 * C + t] + rs[5 * C + t]) + (rs[6 * C + t] + rs[7 * C + t]));
+          }
           bulk_turn_add(std::bool_constant<kGate>{}, dq, len, far ? &tmaps.dqfar : &tmaps.dq, static_cast<int>(qrow * C),
-                        kGate ? sRow(st) : nullptr,
-                        kGate ? p.dgrow + qrow * C : nullptr, p.count_q + qrow, lv.query_turn(m) / 2);
+                        gsum, kGate ? p.dgrow + qrow * C : nullptr, p.count_q + qrow, lv.query_turn(m) / 2);
           return;
         }
         if constexpr (kDet) if (!(p.timing_skip & 1024)) warp_wait_turn(p.count_q + qrow, lv.query_turn(m) / 2, 4);
@@ -596,7 +596,7 @@ __global__ void __launch_bounds__(256, 1)
           int* count = (far_prev ? p.count_pi : p.count_p) + unit_h;
           if constexpr (kBulk) {
             bulk_turn_add(std::false_type{}, dpj, D, far_prev ? &tmaps.dpi : &tmaps.dp, static_cast<int>(unit_h * D),
-                          nullptr, nullptr, count, lv.step_turn(i - 1) / 2);
+                          0.f, nullptr, count, lv.step_turn(i - 1) / 2);
           } else {
             if constexpr (kDet) if (!(p.timing_skip & 1024)) warp_wait_turn(count, lv.step_turn(i - 1) / 2, 4);
             atomic_add_acc<8>(dpj, (far_prev ? p.dpiacc : p.dpacc) + unit_h * D * D, D, row0, D);
