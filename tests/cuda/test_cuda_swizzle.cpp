@@ -46,7 +46,9 @@ TEST(CudaSwizzle, TheBulkStagingStoresAreConflictFree) {
         std::vector<int> hits(32, 0);
         for (int lane = 0; lane < 32; ++lane) {
           const int g = lane / 4, t4 = lane % 4;
-          const int i = swz128<4>(row0 + g + 8 * hh, nt * 8 + 2 * t4, 64);
+          // (stage_acc_swz's own index: box nt / 4 of 64 x 32 floats, then the column inside it)
+          const int i = (nt / 4) * (64 * 32) + swz128_in_box<4>(row0 + g + 8 * hh, (nt % 4) * 8 + 2 * t4);
+          ASSERT_EQ(i, swz128<4>(row0 + g + 8 * hh, nt * 8 + 2 * t4, 64));
           ASSERT_EQ(i % 2, 0) << "a float2 store needs an 8-byte aligned element";
           ++hits[i % 32];
           ++hits[(i + 1) % 32];
