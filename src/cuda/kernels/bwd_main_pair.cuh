@@ -78,8 +78,11 @@ struct BwdPairSmem {
   // the 128-byte swizzle, 1024-byte aligned) and C floats of the gate's row sums, after the rest.
   static constexpr int kStageTile = C * 64 * 4, kStageRows = C * 4;
   static constexpr int stage_offset(int group, bool gate) { return (used(group, gate) + 1023) / 1024 * 1024; }
-  static constexpr int bytes(int group, bool gate, bool bulk = false) {
-    return 1024 + (bulk ? stage_offset(group, gate) + 4 * (kStageTile + kStageRows) : used(group, gate));
+  // The atomic deterministic form's stash (one C x 64 f32 tile, the kernel's `stash`) at the same offset.
+  static constexpr int bytes(int group, bool gate, bool det, bool bulk) {
+    return 1024 + (bulk  ? stage_offset(group, gate) + 4 * (kStageTile + kStageRows)
+                   : det ? stage_offset(group, gate) + kStageTile
+                         : used(group, gate));
   }
 };
 
@@ -159,21 +162,32 @@ __device__ __forceinline__ void defer_pass(HeldPasses& h, int* counter, TurnFenc
   if (threadIdx.x % 32 == 0) h.slots[h.n] = counter;
   ++h.n;
 }
-// Stages a warpgroup's C x 64 f32 accumulator tile (this warp's rows row0.., rows >= `rows` as zeros) in shared
-// memory as two 32-column boxes in the 128-byte swizzle, the layout of a 64 x 32 box of tensor_map_2d_f32 there:
-// row r's 16-byte chunk j of a box sits at chunk j ^ (r % 8). A warp's float2 stores then meet every bank twice
-// (two wavefronts, the least for 256 bytes); in a plain row-major tile its eight rows would share the same banks.
-__device__ __forceinline__ void stage_acc_swz(const float (&acc)[8][4], float* tile, int row0, int rows) {
+// Stages 64 columns of a warpgroup's C-row f32 accumulator tile (n tiles kFrom .. kFrom + 7 of acc; this warp's
+// rows row0.., rows >= `rows` as zeros) in shared memory as two 32-column boxes in the 128-byte swizzle, the layout
+// of a 64 x 32 box of tensor_map_2d_f32 there: row r's 16-byte chunk j of a box sits at chunk j ^ (r % 8). A warp's
+// float2 stores then meet every bank twice (two wavefronts, the least for 256 bytes); in a plain row-major tile its
+// eight rows would share the same banks. The second box starts box_stride floats after the first (C x 32 when the
+// two are adjacent; each 1024-byte aligned).
+template <int kFrom = 0, int N>
+__device__ __forceinline__ void stage_acc_swz(const float (&acc)[N][4], float* tile, int box_stride, int row0, int rows) {
+  static_assert(kFrom + 8 <= N, "64 columns of the accumulator");
   const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int r = row0 + g + 8 * hh;
-      float* dst = tile + (nt / 4) * (kChunk * 32) + swz128_in_box<4>(r, (nt % 4) * 8 + 2 * t4);  // box nt / 4
+      float* dst = tile + (nt / 4) * box_stride + swz128_in_box<4>(r, (nt % 4) * 8 + 2 * t4);  // box nt / 4
       const bool in = r < rows;
-      *reinterpret_cast<float2*>(dst) = make_float2(in ? acc[nt][2 * hh] : 0.f, in ? acc[nt][2 * hh + 1] : 0.f);
+      *reinterpret_cast<float2*>(dst) =
+          make_float2(in ? acc[kFrom + nt][2 * hh] : 0.f, in ? acc[kFrom + nt][2 * hh + 1] : 0.f);
     }
+}
+// Lane 0 of a warpgroup's lead warp, in its turn: a staged 64-column tile (stage_acc_swz) added to map's rows y..,
+// columns x0 .. x0 + 63 as two bulk tensor reductions (the copy engine's f32 adds at L2), in the current bulk group.
+__device__ __forceinline__ void reduce_staged_tile(const CUtensorMap* map, int x0, int y, const float* tile, int box_stride) {
+  tma_reduce_add_2d(map, x0, y, smem_addr(tile));
+  tma_reduce_add_2d(map, x0 + 32, y, smem_addr(tile + box_stride));
 }
 }  // namespace bwd_detail
 
@@ -278,34 +292,58 @@ __global__ void __launch_bounds__(256, 1)
   float* const stage0 = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(sm) + S::stage_offset(p.group, kGate));
   const bool lead = __shfl_sync(0xffffffffu, (threadIdx.x / 32) % 4, 0) == 0;  // the warpgroup's first warp
   int nbuf = 0;  // this warpgroup's next staging buffer (every thread of the warpgroup keeps it alike)
-  // acc: the warpgroup's C x 64 tile, rows >= rows zero; map / (x = 0, 32; y): its target; with_rows (the gate): the
-  // C row sums of dl to add to grow, thread t < C's row_value row t's; counter / turn: its turn.
-  auto bulk_turn_add = [&](auto with_rows, const float (&acc)[8][4], int rows, const CUtensorMap* map, int y,
-                           float row_value, float* grow, int* counter, int turn) {
+  // bulk_stage: acc, the warpgroup's C x 64 tile (rows >= rows zero), into its next buffer; with_rows (the gate):
+  // the C row sums of dl beside it, thread t < C's row_value row t's. bulk_issue: in its turn (counter, turn), the
+  // buffer staged last added to map's (x = 0, 32; y) box pair, its row sums to grow. A tile is staged as soon as
+  // its products are done, so that its registers are free, and issued where the additions' order wants it: right
+  // after, or in the chain step (dq_add below).
+  int staged = 0;  // the buffer bulk_stage filled last
+  auto bulk_stage = [&](auto with_rows, const float (&acc)[8][4], int rows, float row_value) {
     constexpr bool kRows = decltype(with_rows)::value;
     float* tile = stage0 + (2 * wg + nbuf) * (C * 64);
     float* rowbuf = stage0 + 4 * C * 64 + (2 * wg + nbuf) * C;
     if (lead && lane == 0) bulk_wait_group_read<1>();
     named_barrier_sync(1 + wg, 128);  // the buffer's last reductions have read it
-    stage_acc_swz(acc, tile, row0, rows);
+    stage_acc_swz(acc, tile, C * 32, row0, rows);
     if constexpr (kRows) {
       const int t = threadIdx.x % 128;
       if (t < C) rowbuf[t] = t < rows ? row_value : 0.f;
     }
     fence_proxy_async_smem();         // these stores, before the copy engine reads them
     named_barrier_sync(1 + wg, 128);  // the whole tile staged
+    staged = nbuf;
+    nbuf ^= 1;
+  };
+  auto bulk_issue = [&](auto with_rows, const CUtensorMap* map, int y, float* grow, int* counter, int turn) {
+    constexpr bool kRows = decltype(with_rows)::value;
     if (lead) {
       if (!(p.timing_skip & 1024)) warp_wait_turn(counter, turn, 1);
       if (lane == 0) {
         fence_proxy_async_global();  // the turn's acquire, before the copy engine's adds
-        tma_reduce_add_2d(map, 0, y, smem_addr(tile));
-        tma_reduce_add_2d(map, 32, y, smem_addr(tile + C * 32));
-        if constexpr (kRows) bulk_reduce_add_f32(grow, smem_addr(rowbuf), C * 4);
+        reduce_staged_tile(map, 0, y, stage0 + (2 * wg + staged) * (C * 64), C * 32);
+        if constexpr (kRows) bulk_reduce_add_f32(grow, smem_addr(stage0 + 4 * C * 64 + (2 * wg + staged) * C), C * 4);
         bulk_commit_group();
       }
       hold_pass(counter);
     }
-    nbuf ^= 1;
+  };
+  // The atomic form's stash (kDet without kBulk): a dQ^ tile whose addition waits for the chain step (dq_add), in
+  // shared memory meanwhile, each thread's 32 values as 8 float4 at (k, thread) (a warp's float4 stores and loads
+  // contiguous). Only the tail warpgroup of a level's last step stashes, and reads back before the next step's
+  // barrier; the next stash comes after that barrier. Held in registers instead (v19 as first built), the tile
+  // was live across the chain step's products, and ptxas serialised every wgmma of the deterministic instances
+  // (C7512: "insufficient register resources").
+  float4* const stash = reinterpret_cast<float4*>(stage0);
+  auto stash_acc = [&](const float (&acc)[8][4]) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) stash[k * 128 + threadIdx.x % 128] = make_float4(acc[k][0], acc[k][1], acc[k][2], acc[k][3]);
+  };
+  auto unstash_acc = [&](float (&acc)[8][4]) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float4 v = stash[k * 128 + threadIdx.x % 128];
+      acc[k][0] = v.x, acc[k][1] = v.y, acc[k][2] = v.z, acc[k][3] = v.w;
+    }
   };
   __syncthreads();
 
@@ -425,7 +463,6 @@ __global__ void __launch_bounds__(256, 1)
         // thread that looked only after the next completion would find the parity it waits for gone.
         __syncthreads();
       }
-      float dq[8][4];
       // A step's dQ^ (near) or dQ' (far) addition (its turn in det mode, the gate's row sums, the atomic tile, the
       // pass), by the warpgroup that ran its products. Of the level's last step with a chain step after it, it runs
       // in the chain step, beside the other warpgroup's dP_j products and addition (v19): before, one warpgroup ran
@@ -435,17 +472,26 @@ __global__ void __launch_bounds__(256, 1)
       // slower in the fast mode at every T, where no turn is waited for and the loop's addition already overlapped.
       // dQ^_m and dQ'_m of one query row share a counter (cuda/bwd_blocks.h): task c0 adds after the
       // (m - 1 - c0) / 2 tasks that start above it, near or far (half the one-chunk kernel's turn).
-      auto dq_add = [&](int m, int64_t qrow, int st, int len) {
+      // dq_add: the addition from registers, now; dq_hold at the tail and dq_add_held in the chain step: deferred, the
+      // tile staged (kBulk) or stashed (atomic form) in between, out of the registers.
+      auto dq_bulk_stage = [&](const float (&dq)[8][4], int st, int len) {
+        float gsum = 0.f;  // row t % C of the 8 warps' row sums of dl, in the atomic form's order (threads t < C add it)
+        if constexpr (kGate) {
+          const float* rs = sRow(st);
+          const int t = threadIdx.x % C;
+          gsum = ((rs[t] + rs[C + t]) + (rs[2 * C + t] + rs[3 * C + t])) +
+                 ((rs[4 * C + t] + rs[5 * C + t]) + (rs[6 * C + t] + rs[7 * C + t]));
+        }
+        bulk_stage(std::bool_constant<kGate>{}, dq, len, gsum);
+      };
+      auto dq_bulk_issue = [&](int m, int64_t qrow) {
+        bulk_issue(std::bool_constant<kGate>{}, far ? &tmaps.dqfar : &tmaps.dq, static_cast<int>(qrow * C),
+                   kGate ? p.dgrow + qrow * C : nullptr, p.count_q + qrow, lv.query_turn(m) / 2);
+      };
+      auto dq_add = [&](const float (&dq)[8][4], int m, int64_t qrow, int st, int len) {
         if constexpr (kBulk) {
-          float gsum = 0.f;  // row t % C of the 8 warps' row sums of dl, in the atomic form's order (threads t < C add it)
-          if constexpr (kGate) {
-            const float* rs = sRow(st);
-            const int t = threadIdx.x % C;
-            gsum = ((rs[t] + rs[C + t]) + (rs[2 * C + t] + rs[3 * C + t])) +
-                   ((rs[4 * C + t] + rs[5 * C + t]) + (rs[6 * C + t] + rs[7 * C + t]));
-          }
-          bulk_turn_add(std::bool_constant<kGate>{}, dq, len, far ? &tmaps.dqfar : &tmaps.dq, static_cast<int>(qrow * C),
-                        gsum, kGate ? p.dgrow + qrow * C : nullptr, p.count_q + qrow, lv.query_turn(m) / 2);
+          dq_bulk_stage(dq, st, len);
+          dq_bulk_issue(m, qrow);
           return;
         }
         if constexpr (kDet) if (!(p.timing_skip & 1024)) warp_wait_turn(p.count_q + qrow, lv.query_turn(m) / 2, 4);
@@ -458,6 +504,21 @@ __global__ void __launch_bounds__(256, 1)
         }
         atomic_add_acc<8>(dq, (far ? p.dqfar : p.dqacc) + qrow * C * D, D, row0, len);
         hold_pass(p.count_q + qrow);
+      };
+      auto dq_hold = [&](const float (&dq)[8][4], int st, int len) {
+        if constexpr (kBulk)
+          dq_bulk_stage(dq, st, len);
+        else
+          stash_acc(dq);
+      };
+      auto dq_add_held = [&](int m, int64_t qrow, int st, int len) {
+        if constexpr (kBulk) {
+          dq_bulk_issue(m, qrow);
+        } else {
+          float dq[8][4];
+          unstash_acc(dq);
+          dq_add(dq, m, qrow, st, len);
+        }
       };
       {
         uint32_t ka[KD][4];  // this warpgroup's K~ of level i as A fragments, for every head of the group
@@ -526,6 +587,7 @@ __global__ void __launch_bounds__(256, 1)
           __syncthreads();  // both dS^T (and row sums) complete; stage st consumed
           if (wg == (it & 1)) {  // this step's tail
             // dQ_m += dS_0 K~_0 + dS_1 K~_1 (Eq. 21): query rows now, A = dS = (dS^T)^T via ldmatrix.trans.
+            float dq[8][4];
             uint32_t qa[KC][4];
             load_a_t<KC>(qa, sDS(0, st), LDP, row0);
             wgmma_fence_operand(dq);
@@ -544,7 +606,10 @@ __global__ void __launch_bounds__(256, 1)
             wgmma_fence_frags(qa);
             if (act1) wgmma_fence_frags(qb);
             // (Its products are done here in both cases: the K~ tiles they read are reloaded after the chain step.)
-            if (!kAddBeside || !chain || !level_end) dq_add(m, qrow, st, cm.len);
+            if (!kAddBeside || !chain || !level_end)
+              dq_add(dq, m, qrow, st, cm.len);
+            else
+              dq_hold(dq, st, cm.len);
           }
         }
       }
@@ -595,8 +660,9 @@ __global__ void __launch_bounds__(256, 1)
           const int64_t unit_h = (int64_t)(far_prev ? p.blk_of[u] : u) * p.H + h;
           int* count = (far_prev ? p.count_pi : p.count_p) + unit_h;
           if constexpr (kBulk) {
-            bulk_turn_add(std::false_type{}, dpj, D, far_prev ? &tmaps.dpi : &tmaps.dp, static_cast<int>(unit_h * D),
-                          0.f, nullptr, count, lv.step_turn(i - 1) / 2);
+            bulk_stage(std::false_type{}, dpj, D, 0.f);
+            bulk_issue(std::false_type{}, far_prev ? &tmaps.dpi : &tmaps.dp, static_cast<int>(unit_h * D), nullptr, count,
+                       lv.step_turn(i - 1) / 2);
           } else {
             if constexpr (kDet) if (!(p.timing_skip & 1024)) warp_wait_turn(count, lv.step_turn(i - 1) / 2, 4);
             atomic_add_acc<8>(dpj, (far_prev ? p.dpiacc : p.dpacc) + unit_h * D * D, D, row0, D);
@@ -610,7 +676,7 @@ __global__ void __launch_bounds__(256, 1)
             wgmma_commit();
           }
           // The level's last step's dQ addition (its turn before this warp's next one, as before the move).
-          if constexpr (kAddBeside) dq_add(m, (int64_t)m * p.HQ + h * p.group + p.group - 1, tail, cm.len);  // (m = m_lo)
+          if constexpr (kAddBeside) dq_add_held(m, (int64_t)m * p.HQ + h * p.group + p.group - 1, tail, cm.len);  // (m = m_lo)
         }
         wgmma_wait<0>();
         wgmma_fence_operand(e_acc);

@@ -47,25 +47,37 @@ namespace pathattn::cuda {
 //   12-15: E_{m-1} of the chain step     16, 17: V_c     18, 19: P^T by step parity     20, 21: dS^T by step parity
 //   22, 23: the task's E rounded (chain step)
 // then floats: per stage lse2, delta, query gate, key gate [C] each; the gate's row sums [2 stages][4 warps][C];
-// the gate's column sums [2 warpgroups][group][C]; then 5 mbarriers.
+// their sum over the warps [C] (the bulk turns' reduction source, 16-byte aligned); the gate's column sums
+// [2 warpgroups][group][C]; then 5 mbarriers.
+// The bulk turns (kBulk) stage their f32 tiles in blocks idle at the time: a step's dQ^ tail (warpgroup w's 64 x 64
+// half, two 64 x 32 boxes of 8 KB) in the blocks of its stage that only warpgroup w read after the step's barrier,
+// Q^'s half w and dO^'s half w; the chain step's dP_j (warpgroup w's 64 x 128 rows, four boxes) in two rounds of two
+// boxes, warpgroup 0 in the P^T blocks, warpgroup 1 in the dS^T blocks (both parities; read by no product between
+// the chain's barrier and the next step's stores).
 struct BwdWideSmem {
   static constexpr int C = kChunk, kTile = C * 64;
   static constexpr int kK = 0, kStage = 4, kStep = 12, kV = 16, kP = 18, kDS = 20, kE = 22, kBlocks = 24;
-  static constexpr int kFloats = 2 * 4 * C + 2 * 4 * C;
+  static constexpr int kFloats = 2 * 4 * C + 2 * 4 * C + C;
   static constexpr int bytes(int group, bool gate) {
     return 1024 + kBlocks * kTile * 2 + (kFloats + (gate ? 2 * group * C : 0)) * 4 + 5 * 8;
   }
 };
 
-template <typename T, bool kGate, bool kDet, bool kBlocks>
+// kBulk (deterministic calls, PATHATTN_BWD_TURNS=bulk): the turns' tiles as bulk reductions, as bwd_main_pair.cuh's
+// kBulk (docs/perf/notes.md "The turns' tiles as bulk reductions"): each warpgroup stages its tile (BwdWideSmem
+// says where), its first warp alone waits for the turn, and that warp's lane 0 issues the copy engine's adds (tmaps:
+// the f32 accumulators as [rows, D] maps of 64 x 32 boxes) and holds the pass; two passes per task and turn instead
+// of eight.
+template <typename T, bool kGate, bool kDet, bool kBlocks, bool kBulk = false>
 __global__ void __launch_bounds__(256, 1)
     bwd_main_wide_kernel(const BwdParams p, const __grid_constant__ CUtensorMap tm_q,
                          const __grid_constant__ CUtensorMap tm_do, const __grid_constant__ CUtensorMap tm_step,
                          const __grid_constant__ CUtensorMap tm_slot, const __grid_constant__ CUtensorMap tm_qfar,
-                         const __grid_constant__ CUtensorMap tm_bstep) {
+                         const __grid_constant__ CUtensorMap tm_bstep, const __grid_constant__ BwdTurnMaps tmaps) {
   using namespace fwd_detail;
   using namespace bwd_detail;
   using S = BwdWideSmem;
+  static_assert(kDet || !kBulk, "the bulk form is the deterministic turns'");
   using Tag = typename WgmmaTag<T>::type;
   constexpr int D = 128, C = kChunk;
 
@@ -80,7 +92,8 @@ __global__ void __launch_bounds__(256, 1)
   auto sGq = [&](int s) { return fl + s * 4 * C + 2 * C; };
   auto sGk = [&](int s) { return fl + s * 4 * C + 3 * C; };
   auto sRow = [&](int s) { return fl + 8 * C + s * 4 * C; };  // [4 warps][C] row sums of dl (kGate)
-  float* sDG0 = fl + 16 * C;                                   // [2][group][C] column sums (kGate)
+  float* sRowSum = fl + 16 * C;                                // [C] their sum (kGate, kBulk)
+  float* sDG0 = fl + 17 * C;                                   // [2][group][C] column sums (kGate)
   auto sDG = [&](int w) { return sDG0 + w * p.group * C; };
   MbarSet bar(smem_addr(sDG0 + (kGate ? 2 * p.group * C : 0)));
   // mbarriers: 0, 1 query stages; 2 the chain's K~_{c,m-1} and E_{m-1} (K~_{c,last} at phase 2's start); 3, 4
@@ -92,6 +105,7 @@ __global__ void __launch_bounds__(256, 1)
   // warp-uniform (no wgmma serialised by ptxas: bwd_main_pair.cuh, C7520)
   const int wg = __shfl_sync(0xffffffffu, warp / 4, 0);
   const int row0 = (warp % 4) * 16, r0 = row0 + lane / 4;  // this warp's 16 rows of every 64-row product
+  const bool lead = __shfl_sync(0xffffffffu, warp % 4, 0) == 0;  // (kBulk) the warpgroup's first warp, which adds
   T* slot = static_cast<T*>(p.slots) + (int64_t)blockIdx.x * p.slot_chunks * C * D;
   const int slot_row0 = blockIdx.x * p.slot_chunks * C;
   const T* khat = static_cast<const T*>(p.ws.khat);
@@ -227,6 +241,34 @@ __global__ void __launch_bounds__(256, 1)
       float dq[8][4];
       // (dQ^_m at a near level, dQ'_m at a far one: one turn counter per query row, cuda/bwd_blocks.h)
       auto dq_tail = [&](int64_t qrow, int st, int len) {
+        if constexpr (kBulk) {
+          // Staged in Q^'s and dO^'s column half wg of stage st (only this warpgroup's products, done, read them
+          // after the step's barrier; the stage is loaded again after the next step's barrier, which the lead lane
+          // reaches only once these reductions have read it).
+          float* box0 = reinterpret_cast<float*>(blk(S::kStage + 4 * st + wg));
+          constexpr int kBoxStride = 2 * S::kTile / 2;  // two blocks on: dO^'s half wg (floats)
+          stage_acc_swz(dq, box0, kBoxStride, row0, len);
+          if constexpr (kGate)
+            if (wg == 0 && threadIdx.x < C) {  // the 4 warps' row sums in add_gate_rows' order; rows >= len add 0
+              const float* rs = sRow(st);
+              const int t = threadIdx.x;
+              sRowSum[t] = t < len ? (rs[t] + rs[C + t]) + (rs[2 * C + t] + rs[3 * C + t]) : 0.f;
+            }
+          fence_proxy_async_smem();         // these stores, before the copy engine reads them
+          named_barrier_sync(1 + wg, 128);  // the warpgroup's tile staged
+          if (lead) {
+            if (!(p.timing_skip & 1024)) warp_wait_turn(p.count_q + qrow, lv.query_turn(m), 2);
+            if (lane == 0) {
+              fence_proxy_async_global();  // the turn's acquire, before the copy engine's adds
+              reduce_staged_tile(far ? &tmaps.dqfar : &tmaps.dq, 64 * wg, static_cast<int>(qrow * C), box0, kBoxStride);
+              if constexpr (kGate)
+                if (wg == 0) bulk_reduce_add_f32(p.dgrow + qrow * C, smem_addr(sRowSum), C * 4);
+              bulk_commit_group();
+            }
+            defer_pass<true>(held, p.count_q + qrow, fence, p.held_passes);
+          }
+          return;
+        }
         if constexpr (kDet) if (!(p.timing_skip & 1024)) warp_wait_turn(p.count_q + qrow, lv.query_turn(m), 8);
         if constexpr (kGate)
           if (wg == 0) add_gate_rows(p.dgrow + qrow * C, sRow(st), len);  // threads < len: warps 0, 1
@@ -257,7 +299,7 @@ __global__ void __launch_bounds__(256, 1)
           wgmma_m64n32k16_ss<0, 0>(dp, desc(S::kV + kk / 4) + 2 * (kk % 4), desc(bdo + kk / 4) + 256 * wg + 2 * (kk % 4),
                                    kk > 0, Tag{});
         wgmma_commit();
-        if constexpr (kDet) flush_passes(held, fence, p.held_passes - 1);  // the last steps' passes, while these run
+        if constexpr (kDet) flush_passes<kBulk>(held, fence, p.held_passes - 1);  // the last steps' passes, while these run
         wgmma_wait<0>();
         wgmma_fence_operand(s);
         wgmma_fence_operand(dp);
@@ -268,6 +310,10 @@ __global__ void __launch_bounds__(256, 1)
         store_acc_swz<T, 4>(dp, blk(S::kDS + st), row0, 32 * wg, p.scale);
         if constexpr (kGate) gate_tile_sums(colsum, dp, sDG(wg) + j * C, sRow(st) + 32 * wg, r0, warp % 4);
         fence_proxy_async_smem();
+        // (kBulk) The previous step's dQ^ tile, staged in stage st ^ 1, which thread 0 loads again after the barrier:
+        // read by its reductions first.
+        if constexpr (kBulk)
+          if (lead && lane == 0) bulk_wait_group_read<0>();
         __syncthreads();  // P^T and dS^T whole; both warpgroups done with the previous step (stage st ^ 1)
         if (threadIdx.x == 0) {
           fence_proxy_async_smem();
@@ -344,17 +390,58 @@ __global__ void __launch_bounds__(256, 1)
         wgmma_fence_operand(dpj);
         const int64_t unit_h = (int64_t)(far_prev ? p.blk_of[u] : u) * p.H + h;
         int* count = (far_prev ? p.count_pi : p.count_p) + unit_h;
-        if constexpr (kDet) if (!(p.timing_skip & 1024)) warp_wait_turn(count, lv.step_turn(i - 1), 8);
-        atomic_add_acc<16>(dpj, (far_prev ? p.dpiacc : p.dpacc) + unit_h * D * D + (int64_t)64 * wg * D, D, row0, 64);
-        if constexpr (kDet) defer_pass(held, count, fence, p.held_passes);
+        if constexpr (kBulk) {
+          // This warpgroup's 64 rows in two rounds of 64 columns, staged in the P^T (warpgroup 0) or dS^T
+          // (warpgroup 1) blocks of both parities, idle since the chain's barrier; one turn, one pass.
+          float* sbuf = reinterpret_cast<float*>(blk(wg == 0 ? S::kP : S::kDS));
+          constexpr int kBoxStride = S::kTile / 2;  // the next block (floats)
+          const CUtensorMap* map = far_prev ? &tmaps.dpi : &tmaps.dp;
+          const int y = static_cast<int>(unit_h * D) + 64 * wg;
+          stage_acc_swz<0>(dpj, sbuf, kBoxStride, row0, 64);
+          fence_proxy_async_smem();
+          named_barrier_sync(1 + wg, 128);  // columns 0-63 staged
+          if (lead) {
+            if (!(p.timing_skip & 1024)) warp_wait_turn(count, lv.step_turn(i - 1), 2);
+            if (lane == 0) {
+              fence_proxy_async_global();
+              reduce_staged_tile(map, 0, y, sbuf, kBoxStride);
+              bulk_commit_group();
+              bulk_wait_group_read<0>();
+            }
+          }
+          named_barrier_sync(1 + wg, 128);  // ... and read: the buffer takes columns 64-127
+          stage_acc_swz<8>(dpj, sbuf, kBoxStride, row0, 64);
+          fence_proxy_async_smem();
+          named_barrier_sync(1 + wg, 128);
+          if (lead) {
+            if (lane == 0) {
+              reduce_staged_tile(map, 64, y, sbuf, kBoxStride);
+              bulk_commit_group();
+            }
+            defer_pass<true>(held, count, fence, p.held_passes);
+          }
+        } else {
+          if constexpr (kDet) if (!(p.timing_skip & 1024)) warp_wait_turn(count, lv.step_turn(i - 1), 8);
+          atomic_add_acc<16>(dpj, (far_prev ? p.dpiacc : p.dpacc) + unit_h * D * D + (int64_t)64 * wg * D, D, row0, 64);
+          if constexpr (kDet) defer_pass(held, count, fence, p.held_passes);
+        }
         wgmma_wait<0>();
         wgmma_fence_operand(e_acc);
+        // (kBulk) The next step stores P^T and dS^T into the staging blocks: the round's reductions read them first.
+        if constexpr (kBulk) {
+          if (lead && lane == 0) bulk_wait_group_read<0>();
+          __syncthreads();
+        }
         kt ^= 1;  // level i - 1's K~ is the next level's
       }
       if (--i >= 0) m = lv.query_hi(i);
     }
 
-    if constexpr (kDet) flush_passes(held, fence);
+    if constexpr (kDet) flush_passes<kBulk>(held, fence);
+    // (kBulk) The next task's loads overwrite the staging blocks (a flush without the fence, timing only, waits for
+    // nothing).
+    if constexpr (kBulk)
+      if (lead && lane == 0) bulk_wait_group_read<0>();
     // ---- The task's own gradients (zero when no query chunk follows c): dK^_c = E, dV_c, column halves.
     if constexpr (kGate) __syncthreads();  // the column sums were written by other threads
     store_acc_f32<8>(e_acc, p.dkacc + fac * C * D + 64 * wg, D, row0);
@@ -363,6 +450,9 @@ __global__ void __launch_bounds__(256, 1)
       for (int i = threadIdx.x; i < p.group * C; i += blockDim.x)  // the two warpgroups' query halves, in order
         p.dgacc[((int64_t)gc * p.HQ + h * p.group + i / C) * C + i % C] = sDG(0)[i] + sDG(1)[i];
   }
+  // (kBulk) A flush without the fence (timing only) left reductions pending: they read shared memory until done.
+  if constexpr (kBulk)
+    if (lead && lane == 0) bulk_wait_group<0>();
 }
 
 }  // namespace pathattn::cuda

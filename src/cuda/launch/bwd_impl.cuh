@@ -52,10 +52,11 @@ inline const std::string& main_setting() {
   static const std::string s = env::choice("PATHATTN_BWD_MAIN", {"auto", "wgmma", "mma"}, "auto");
   return s;
 }
-// PATHATTN_BWD_TURNS: how the deterministic mode's ordered tiles go out in the two-chunk wgmma kernel (D = 64):
-// atomic (the default: every warp's float4 atomics, then its fence and pass) or bulk (staged in shared memory, one
-// warp per warpgroup takes the turn and the copy engine adds the tile: bwd_main_pair.cuh kBulk; unrun until
-// measured, docs/perf/notes.md).
+// PATHATTN_BWD_TURNS: how the deterministic mode's ordered tiles go out in the wgmma kernels (bwd_main_pair.cuh at
+// D = 64, bwd_main_wide.cuh at D = 128): atomic (the default: every warp's float4 atomics, then its fence and pass)
+// or bulk (staged in shared memory, one warp per warpgroup takes the turn and the copy engine adds the tile: the
+// kernels' kBulk; unrun until measured, docs/perf/notes.md). With bulk, D = 128 deterministic calls with blocks keep
+// the wide kernel (not the mma.sync one, BwdGrid::mma_ctas_for_blocks), so that the two forms compare there.
 inline bool turns_bulk() {
   static const bool b = env::choice("PATHATTN_BWD_TURNS", {"atomic", "bulk"}, "atomic") == "bulk";
   return b;
@@ -99,19 +100,22 @@ BwdGrid bwd_grid(int group) {
     if (g.pair_main) {
       const bool bulk = kDet && bwd_launch_detail::turns_bulk();
       g.main_ctas = bulk ? bwd_launch_detail::resident(bwd_main_pair_kernel<T, kGate, kDet, false, kDet>, 256,
-                                                       BwdPairSmem::bytes(group, kGate, true), "bwd_main_pair_kernel")
+                                                       BwdPairSmem::bytes(group, kGate, kDet, true), "bwd_main_pair_kernel")
                          : bwd_launch_detail::resident(bwd_main_pair_kernel<T, kGate, kDet, false>, 256,
-                                                       BwdPairSmem::bytes(group, kGate), "bwd_main_pair_kernel");
+                                                       BwdPairSmem::bytes(group, kGate, kDet, false), "bwd_main_pair_kernel");
     }
   } else {
+    const bool bulk = kDet && bwd_launch_detail::turns_bulk();
     if (g.wide_main)
-      g.main_ctas = bwd_launch_detail::resident(bwd_main_wide_kernel<T, kGate, kDet, false>, 256, BwdWideSmem::bytes(group, kGate),
-                                                "bwd_main_wide_kernel");
+      g.main_ctas = bulk ? bwd_launch_detail::resident(bwd_main_wide_kernel<T, kGate, kDet, false, kDet>, 256,
+                                                       BwdWideSmem::bytes(group, kGate), "bwd_main_wide_kernel")
+                         : bwd_launch_detail::resident(bwd_main_wide_kernel<T, kGate, kDet, false>, 256,
+                                                       BwdWideSmem::bytes(group, kGate), "bwd_main_wide_kernel");
     // The deterministic mode with blocks: the mma.sync kernel, measured on an H100 (thirty-first session,
     // docs/perf/results.md; bwd det with blocks of 8, mma.sync against wide): 129.5 against 137.6 ms at 32 x 4096,
     // 335.8 against 350.6 at 8 x 16384 (H 16): the wide kernel's eight warps per turn cost more there than its
     // products save (its fast mode is faster: 88.9 against 106.2, so the fast mode keeps it).
-    if (g.wide_main && kDet && bwd_launch_detail::main_setting() == "auto")
+    if (g.wide_main && kDet && !bulk && bwd_launch_detail::main_setting() == "auto")
       g.mma_ctas_for_blocks = bwd_launch_detail::resident(bwd_main_kernel<T, D, kGate, kDet>, 128,
                                                           BwdMainSmem<D>::bytes(group, kGate), "bwd_main_kernel");
   }
@@ -155,19 +159,19 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
     const int64_t f_rows = static_cast<int64_t>(p.num_blocks) * p.H * D;
     const CUtensorMap tm_qfar = far_map(blocks_on, p.qfar, q_rows, D, tm_q, "the Q' workspace");
     const CUtensorMap tm_bstep = far_map(blocks_on, p.blockstep, f_rows, D, tm_step, "the block steps' workspace");
+    // The bulk form of the turns (PATHATTN_BWD_TURNS=bulk, deterministic calls): the f32 accumulators it reduces
+    // into, as [rows, D] maps of 64 x 32 boxes (without blocks the far ones repeat the near ones, unread).
+    const bool bulk = kDet && bwd_launch_detail::turns_bulk();
+    BwdTurnMaps tmaps{};
+    if (bulk) {
+      const int64_t p_rows = static_cast<int64_t>(p.num_chunks) * p.H * D;
+      tmaps.dq = tensor_map_2d_f32(p.dqacc, q_rows, D, 64, 32, "the dQ^ accumulator");
+      tmaps.dqfar = blocks_on ? tensor_map_2d_f32(p.dqfar, q_rows, D, 64, 32, "the dQ' accumulator") : tmaps.dq;
+      tmaps.dp = tensor_map_2d_f32(p.dpacc, p_rows, D, 64, 32, "the dP accumulator");
+      tmaps.dpi = blocks_on ? tensor_map_2d_f32(p.dpiacc, f_rows, D, 64, 32, "the dPi accumulator") : tmaps.dp;
+    }
     if constexpr (D == 64) {
-      // The bulk form of the turns (PATHATTN_BWD_TURNS=bulk, deterministic calls): the f32 accumulators it reduces
-      // into, as [rows, 64] maps of 64 x 32 boxes (without blocks the far ones repeat the near ones, unread).
-      const bool bulk = kDet && bwd_launch_detail::turns_bulk();
-      BwdTurnMaps tmaps{};
-      if (bulk) {
-        const int64_t p_rows = static_cast<int64_t>(p.num_chunks) * p.H * D;
-        tmaps.dq = tensor_map_2d_f32(p.dqacc, q_rows, D, 64, 32, "the dQ^ accumulator");
-        tmaps.dqfar = blocks_on ? tensor_map_2d_f32(p.dqfar, q_rows, D, 64, 32, "the dQ' accumulator") : tmaps.dq;
-        tmaps.dp = tensor_map_2d_f32(p.dpacc, p_rows, D, 64, 32, "the dP accumulator");
-        tmaps.dpi = blocks_on ? tensor_map_2d_f32(p.dpiacc, f_rows, D, 64, 32, "the dPi accumulator") : tmaps.dp;
-      }
-      const int bytes = BwdPairSmem::bytes(p.group, kGate, bulk);
+      const int bytes = BwdPairSmem::bytes(p.group, kGate, kDet, bulk);
       const auto kernel = bulk ? (blocks_on ? bwd_main_pair_kernel<T, kGate, kDet, true, kDet>
                                             : bwd_main_pair_kernel<T, kGate, kDet, false, kDet>)
                                : (blocks_on ? bwd_main_pair_kernel<T, kGate, kDet, true>
@@ -177,11 +181,13 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
       CUDA_CHECK_LAUNCH(bulk ? "bwd_main_pair_kernel (bulk turns)" : "bwd_main_pair_kernel");
     } else {
       const int bytes = BwdWideSmem::bytes(p.group, kGate);
-      const auto kernel =
-          blocks_on ? bwd_main_wide_kernel<T, kGate, kDet, true> : bwd_main_wide_kernel<T, kGate, kDet, false>;
+      const auto kernel = bulk ? (blocks_on ? bwd_main_wide_kernel<T, kGate, kDet, true, kDet>
+                                            : bwd_main_wide_kernel<T, kGate, kDet, false, kDet>)
+                               : (blocks_on ? bwd_main_wide_kernel<T, kGate, kDet, true>
+                                            : bwd_main_wide_kernel<T, kGate, kDet, false>);
       CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-      kernel<<<grid.main_ctas, 256, bytes, stream>>>(p, tm_q, tm_do, tm_step, tm_slot, tm_qfar, tm_bstep);
-      CUDA_CHECK_LAUNCH("bwd_main_wide_kernel");
+      kernel<<<grid.main_ctas, 256, bytes, stream>>>(p, tm_q, tm_do, tm_step, tm_slot, tm_qfar, tm_bstep, tmaps);
+      CUDA_CHECK_LAUNCH(bulk ? "bwd_main_wide_kernel (bulk turns)" : "bwd_main_wide_kernel");
     }
   } else {
     const int bytes = BwdMainSmem<D>::bytes(p.group, kGate);
