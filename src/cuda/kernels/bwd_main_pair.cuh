@@ -86,8 +86,9 @@ struct BwdPairSmem {
   }
 };
 
-// The bulk form's tensor maps (kBulk; f32, 64 x 32 boxes in the 128-byte swizzle, tensor_map_2d_f32): dQ^, dQ', dP
-// and dPi as [rows, 64] matrices. Without kBulk never read.
+// The bulk form's tensor maps (kBulk; f32, 32-column boxes in the 128-byte swizzle, tensor_map_2d_f32): dQ^, dQ', dP
+// and dPi as [rows, D] matrices, in boxes of a warp's 16 rows here and of a warpgroup's 64 in bwd_main_wide.cuh.
+// Without kBulk never read.
 struct BwdTurnMaps {
   CUtensorMap dq, dqfar, dp, dpi;
 };
@@ -183,8 +184,9 @@ __device__ __forceinline__ void stage_acc_swz(const float (&acc)[N][4], float* t
           make_float2(in ? acc[kFrom + nt][2 * hh] : 0.f, in ? acc[kFrom + nt][2 * hh + 1] : 0.f);
     }
 }
-// Lane 0 of a warpgroup's lead warp, in its turn: a staged 64-column tile (stage_acc_swz) added to map's rows y..,
-// columns x0 .. x0 + 63 as two bulk tensor reductions (the copy engine's f32 adds at L2), in the current bulk group.
+// Lane 0 of an adding warp, in its turn: a staged 64-column tile (stage_acc_swz) added to map's rows y..,
+// columns x0 .. x0 + 63 as two bulk tensor reductions (the copy engine's f32 adds at L2), in the current bulk group;
+// tile points at the first box's first row that map's box covers (a warp's 16 rows, or a warpgroup's 64).
 __device__ __forceinline__ void reduce_staged_tile(const CUtensorMap* map, int x0, int y, const float* tile, int box_stride) {
   tma_reduce_add_2d(map, x0, y, smem_addr(tile));
   tma_reduce_add_2d(map, x0 + 32, y, smem_addr(tile + box_stride));
@@ -284,48 +286,54 @@ __global__ void __launch_bounds__(256, 1)
     if constexpr (kDet) defer_pass<kBulk>(held, c, fence, p.held_passes);
   };
   // The turns' bulk form (kBulk; docs/perf/notes.md "The turns' tiles as bulk reductions"): a tile addition in turn
-  // stages the warpgroup's tile in shared memory, and the warpgroup's first warp alone waits for the turn; its lane
-  // 0 issues the tile (and the gate's row sums) as bulk reductions and holds the pass, which it passes at a later
-  // flush point once they are complete (flush_passes<true>). The other warps neither wait nor fence; the copy
-  // engine, not the warps' float4 atomics, does the adds. Each warpgroup has two staging buffers, used in turn:
-  // before one is written again, the reductions that read it two additions ago are done reading (wait_group.read 1).
+  // stages the tile in shared memory, each warp its own 16 rows, and each warp's lane 0 issues its rows (and, in the
+  // warpgroup's first warp, the gate's row sums) as bulk reductions in the warp's turn and holds the pass, which it
+  // passes at a later flush point once they are complete (flush_passes<true>). No lane but lane 0 fences, and it
+  // waits only for its own reductions, not for 256 float4 atomics; the copy engine does the adds. The warps never
+  // wait for each other: no barrier among a warpgroup's warps (compute-sanitizer's racecheck mis-tracks named
+  // barriers that one warpgroup takes while the other does not: it then reports hazards even between take_task's
+  // two __syncthreads, as it did for the first per-warpgroup turns; docs/perf/notes.md). Each warpgroup has two
+  // staging buffers, used in turn: before a warp writes its rows of one again, the reductions that read them two
+  // additions ago are done reading (its lane 0's wait_group.read 1).
   float* const stage0 = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(sm) + S::stage_offset(p.group, kGate));
   const bool lead = __shfl_sync(0xffffffffu, (threadIdx.x / 32) % 4, 0) == 0;  // the warpgroup's first warp
   int nbuf = 0;  // this warpgroup's next staging buffer (every thread of the warpgroup keeps it alike)
-  // bulk_stage: acc, the warpgroup's C x 64 tile (rows >= rows zero), into its next buffer; with_rows (the gate):
-  // the C row sums of dl beside it, thread t < C's row_value row t's. bulk_issue: in its turn (counter, turn), the
-  // buffer staged last added to map's (x = 0, 32; y) box pair, its row sums to grow. A tile is staged as soon as
-  // its products are done, so that its registers are free, and issued where the additions' order wants it: right
-  // after, or in the chain step (dq_add below).
+  // bulk_stage: acc, the warpgroup's C x 64 tile (rows >= rows zero), into its next buffer (this warp's rows); with_rows
+  // (the gate): the C row sums of dl beside it, by the first warp, lane l's row_value (rows l and l + 32 in
+  // row_values). bulk_issue: in this warp's turn (counter, turn), its rows of the buffer staged last added to map's
+  // (x = 0, 32; y + row0) box pair (16 x 32 boxes), the row sums to grow. A tile is staged as soon as its products are
+  // done, so that its registers are free, and issued where the additions' order wants it: right after, or in the
+  // chain step (dq_add below).
   int staged = 0;  // the buffer bulk_stage filled last
-  auto bulk_stage = [&](auto with_rows, const float (&acc)[8][4], int rows, float row_value) {
+  auto bulk_stage = [&](auto with_rows, const float (&acc)[8][4], int rows, float2 row_values) {
     constexpr bool kRows = decltype(with_rows)::value;
     float* tile = stage0 + (2 * wg + nbuf) * (C * 64);
-    float* rowbuf = stage0 + 4 * C * 64 + (2 * wg + nbuf) * C;
-    if (lead && lane == 0) bulk_wait_group_read<1>();
-    named_barrier_sync(1 + wg, 128);  // the buffer's last reductions have read it
+    if (lane == 0) bulk_wait_group_read<1>();
+    __syncwarp();  // this warp's rows of the buffer are read by its last reductions
     stage_acc_swz(acc, tile, C * 32, row0, rows);
     if constexpr (kRows) {
-      const int t = threadIdx.x % 128;
-      if (t < C) rowbuf[t] = t < rows ? row_value : 0.f;
+      if (lead) {
+        float* rowbuf = stage0 + 4 * C * 64 + (2 * wg + nbuf) * C;
+        rowbuf[lane] = lane < rows ? row_values.x : 0.f;
+        rowbuf[lane + 32] = lane + 32 < rows ? row_values.y : 0.f;
+      }
     }
-    fence_proxy_async_smem();         // these stores, before the copy engine reads them
-    named_barrier_sync(1 + wg, 128);  // the whole tile staged
+    fence_proxy_async_smem();  // these stores, before the copy engine reads them
+    __syncwarp();
     staged = nbuf;
     nbuf ^= 1;
   };
   auto bulk_issue = [&](auto with_rows, const CUtensorMap* map, int y, float* grow, int* counter, int turn) {
     constexpr bool kRows = decltype(with_rows)::value;
-    if (lead) {
-      if (!(p.timing_skip & 1024)) warp_wait_turn(counter, turn, 1);
-      if (lane == 0) {
-        fence_proxy_async_global();  // the turn's acquire, before the copy engine's adds
-        reduce_staged_tile(map, 0, y, stage0 + (2 * wg + staged) * (C * 64), C * 32);
-        if constexpr (kRows) bulk_reduce_add_f32(grow, smem_addr(stage0 + 4 * C * 64 + (2 * wg + staged) * C), C * 4);
-        bulk_commit_group();
-      }
-      hold_pass(counter);
+    if (!(p.timing_skip & 1024)) warp_wait_turn(counter, turn, 4);
+    if (lane == 0) {
+      fence_proxy_async_global();  // the turn's acquire, before the copy engine's adds
+      reduce_staged_tile(map, 0, y + row0, stage0 + (2 * wg + staged) * (C * 64) + row0 * 32, C * 32);
+      if constexpr (kRows)
+        if (lead) bulk_reduce_add_f32(grow, smem_addr(stage0 + 4 * C * 64 + (2 * wg + staged) * C), C * 4);
+      bulk_commit_group();
     }
+    hold_pass(counter);
   };
   // The atomic form's stash (kDet without kBulk): a dQ^ tile whose addition waits for the chain step (dq_add), in
   // shared memory meanwhile, each thread's 32 values as 8 float4 at (k, thread) (a warp's float4 stores and loads
@@ -475,12 +483,17 @@ __global__ void __launch_bounds__(256, 1)
       // dq_add: the addition from registers, now; dq_hold at the tail and dq_add_held in the chain step: deferred, the
       // tile staged (kBulk) or stashed (atomic form) in between, out of the registers.
       auto dq_bulk_stage = [&](const float (&dq)[8][4], int st, int len) {
-        float gsum = 0.f;  // row t % C of the 8 warps' row sums of dl, in the atomic form's order (threads t < C add it)
+        float2 gsum = make_float2(0.f, 0.f);  // rows lane, lane + 32 of the 8 warps' row sums of dl, in the atomic
+                                              // form's order (the first warp stages them)
         if constexpr (kGate) {
-          const float* rs = sRow(st);
-          const int t = threadIdx.x % C;
-          gsum = ((rs[t] + rs[C + t]) + (rs[2 * C + t] + rs[3 * C + t])) +
-                 ((rs[4 * C + t] + rs[5 * C + t]) + (rs[6 * C + t] + rs[7 * C + t]));
+          if (lead) {
+            const float* rs = sRow(st);
+            auto sum8 = [&](int t) {
+              return ((rs[t] + rs[C + t]) + (rs[2 * C + t] + rs[3 * C + t])) +
+                     ((rs[4 * C + t] + rs[5 * C + t]) + (rs[6 * C + t] + rs[7 * C + t]));
+            };
+            gsum = make_float2(sum8(lane), sum8(lane + 32));
+          }
         }
         bulk_stage(std::bool_constant<kGate>{}, dq, len, gsum);
       };
@@ -660,7 +673,7 @@ __global__ void __launch_bounds__(256, 1)
           const int64_t unit_h = (int64_t)(far_prev ? p.blk_of[u] : u) * p.H + h;
           int* count = (far_prev ? p.count_pi : p.count_p) + unit_h;
           if constexpr (kBulk) {
-            bulk_stage(std::false_type{}, dpj, D, 0.f);
+            bulk_stage(std::false_type{}, dpj, D, make_float2(0.f, 0.f));
             bulk_issue(std::false_type{}, far_prev ? &tmaps.dpi : &tmaps.dp, static_cast<int>(unit_h * D), nullptr, count,
                        lv.step_turn(i - 1) / 2);
           } else {
@@ -702,7 +715,7 @@ __global__ void __launch_bounds__(256, 1)
   }
   // (kBulk) A flush without the fence (timing only) left reductions pending: they read shared memory until done.
   if constexpr (kBulk)
-    if (lead && lane == 0) bulk_wait_group<0>();
+    if (lane == 0) bulk_wait_group<0>();
 }
 
 }  // namespace pathattn::cuda

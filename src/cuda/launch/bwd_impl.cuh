@@ -160,15 +160,17 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
     const CUtensorMap tm_qfar = far_map(blocks_on, p.qfar, q_rows, D, tm_q, "the Q' workspace");
     const CUtensorMap tm_bstep = far_map(blocks_on, p.blockstep, f_rows, D, tm_step, "the block steps' workspace");
     // The bulk form of the turns (PATHATTN_BWD_TURNS=bulk, deterministic calls): the f32 accumulators it reduces
-    // into, as [rows, D] maps of 64 x 32 boxes (without blocks the far ones repeat the near ones, unread).
+    // into, as [rows, D] maps of box_rows x 32 boxes: a warp's 16 rows in the two-chunk kernel, whose warps add on
+    // their own, a warpgroup's 64 in the wide one (without blocks the far maps repeat the near ones, unread).
     const bool bulk = kDet && bwd_launch_detail::turns_bulk();
     BwdTurnMaps tmaps{};
     if (bulk) {
       const int64_t p_rows = static_cast<int64_t>(p.num_chunks) * p.H * D;
-      tmaps.dq = tensor_map_2d_f32(p.dqacc, q_rows, D, 64, 32, "the dQ^ accumulator");
-      tmaps.dqfar = blocks_on ? tensor_map_2d_f32(p.dqfar, q_rows, D, 64, 32, "the dQ' accumulator") : tmaps.dq;
-      tmaps.dp = tensor_map_2d_f32(p.dpacc, p_rows, D, 64, 32, "the dP accumulator");
-      tmaps.dpi = blocks_on ? tensor_map_2d_f32(p.dpiacc, f_rows, D, 64, 32, "the dPi accumulator") : tmaps.dp;
+      constexpr int box_rows = D == 64 ? 16 : 64;
+      tmaps.dq = tensor_map_2d_f32(p.dqacc, q_rows, D, box_rows, 32, "the dQ^ accumulator");
+      tmaps.dqfar = blocks_on ? tensor_map_2d_f32(p.dqfar, q_rows, D, box_rows, 32, "the dQ' accumulator") : tmaps.dq;
+      tmaps.dp = tensor_map_2d_f32(p.dpacc, p_rows, D, box_rows, 32, "the dP accumulator");
+      tmaps.dpi = blocks_on ? tensor_map_2d_f32(p.dpiacc, f_rows, D, box_rows, 32, "the dPi accumulator") : tmaps.dp;
     }
     if constexpr (D == 64) {
       const int bytes = BwdPairSmem::bytes(p.group, kGate, kDet, bulk);
