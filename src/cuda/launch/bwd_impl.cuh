@@ -47,19 +47,22 @@ inline int resident(K kernel, int threads, int bytes, const char* name) {
 // bwd_block_setting) runs in the wgmma kernels too, in the two-chunk one (D = 64) with an even block size only
 // (plan.h bwd_blocks_need_mma: an odd size at D = 64 runs the mma.sync kernel).
 // PATHATTN_BWD_MAIN: auto (the default: the wgmma kernels, but the mma.sync one for D = 128 deterministic calls with
-// blocks, BwdGrid::mma_ctas_for_blocks), wgmma (always), mma (always).
+// blocks and the atomic turns, BwdGrid::mma_ctas_for_blocks), wgmma (always), mma (always).
 inline const std::string& main_setting() {
   static const std::string s = env::choice("PATHATTN_BWD_MAIN", {"auto", "wgmma", "mma"}, "auto");
   return s;
 }
 // PATHATTN_BWD_TURNS: how the deterministic mode's ordered tiles go out in the wgmma kernels (bwd_main_pair.cuh at
-// D = 64, bwd_main_wide.cuh at D = 128): atomic (the default: every warp's float4 atomics, then its fence and pass)
-// or bulk (staged in shared memory, one warp per warpgroup takes the turn and the copy engine adds the tile: the
-// kernels' kBulk; unrun until measured, docs/perf/notes.md). With bulk, D = 128 deterministic calls with blocks keep
-// the wide kernel (not the mma.sync one, BwdGrid::mma_ctas_for_blocks), so that the two forms compare there.
-inline bool turns_bulk() {
-  static const bool b = env::choice("PATHATTN_BWD_TURNS", {"atomic", "bulk"}, "atomic") == "bulk";
-  return b;
+// D = 64, bwd_main_wide.cuh at D = 128): atomic (every warp's float4 atomics, then its fence and pass) or bulk
+// (staged in shared memory, and the copy engine adds the tile in the adding warp's or warpgroup's turn: the kernels'
+// kBulk); auto (the default): bulk at D = 128, atomic at D = 64. Measured on an H100 (docs/perf/notes.md v20): the
+// wide kernel's bulk turns cut bwd_main det 74.1 -> 49.8 ms at 32 x 4096 (H 16) against the mma.sync kernel that
+// atomic D = 128 calls with blocks run (BwdGrid::mma_ctas_for_blocks), the same bits, sanitizers clean; the pair
+// kernel's per-warpgroup bulk form cut 37.5 -> 29.6 at D = 64 but racecheck could not follow its named barriers,
+// and its per-warp form (no named barrier) is unrun: D = 64 stays atomic until it is measured.
+inline bool turns_bulk(int D) {
+  static const std::string s = env::choice("PATHATTN_BWD_TURNS", {"auto", "atomic", "bulk"}, "auto");
+  return s == "bulk" || (s == "auto" && D == 128);
 }
 inline bool mma_main_forced(int D) { return main_setting() == "mma" || bwd_blocks_need_mma(D); }
 inline bool fits_smem(int bytes) {
@@ -98,23 +101,24 @@ BwdGrid bwd_grid(int group) {
   g.wide_main = D == 128 && wgmma && bwd_launch_detail::fits_smem(BwdWideSmem::bytes(group, kGate));
   if constexpr (D == 64) {  // (each D's TU compiles its own wgmma kernel only)
     if (g.pair_main) {
-      const bool bulk = kDet && bwd_launch_detail::turns_bulk();
+      const bool bulk = kDet && bwd_launch_detail::turns_bulk(D);
       g.main_ctas = bulk ? bwd_launch_detail::resident(bwd_main_pair_kernel<T, kGate, kDet, false, kDet>, 256,
                                                        BwdPairSmem::bytes(group, kGate, kDet, true), "bwd_main_pair_kernel")
                          : bwd_launch_detail::resident(bwd_main_pair_kernel<T, kGate, kDet, false>, 256,
                                                        BwdPairSmem::bytes(group, kGate, kDet, false), "bwd_main_pair_kernel");
     }
   } else {
-    const bool bulk = kDet && bwd_launch_detail::turns_bulk();
+    const bool bulk = kDet && bwd_launch_detail::turns_bulk(D);
     if (g.wide_main)
       g.main_ctas = bulk ? bwd_launch_detail::resident(bwd_main_wide_kernel<T, kGate, kDet, false, kDet>, 256,
                                                        BwdWideSmem::bytes(group, kGate), "bwd_main_wide_kernel")
                          : bwd_launch_detail::resident(bwd_main_wide_kernel<T, kGate, kDet, false>, 256,
                                                        BwdWideSmem::bytes(group, kGate), "bwd_main_wide_kernel");
-    // The deterministic mode with blocks: the mma.sync kernel, measured on an H100 (thirty-first session,
-    // docs/perf/results.md; bwd det with blocks of 8, mma.sync against wide): 129.5 against 137.6 ms at 32 x 4096,
-    // 335.8 against 350.6 at 8 x 16384 (H 16): the wide kernel's eight warps per turn cost more there than its
-    // products save (its fast mode is faster: 88.9 against 106.2, so the fast mode keeps it).
+    // The deterministic mode with blocks and the atomic turns: the mma.sync kernel, measured on an H100
+    // (thirty-first session, docs/perf/results.md; bwd det with blocks of 8, mma.sync against wide): 129.5 against
+    // 137.6 ms at 32 x 4096, 335.8 against 350.6 at 8 x 16384 (H 16): the wide kernel's eight warps per turn cost
+    // more there than its products save (its fast mode is faster: 88.9 against 106.2, so the fast mode keeps it).
+    // With the bulk turns (two passes per turn) the wide kernel is faster (105.6 against 128.7, notes.md v20).
     if (g.wide_main && kDet && !bulk && bwd_launch_detail::main_setting() == "auto")
       g.mma_ctas_for_blocks = bwd_launch_detail::resident(bwd_main_kernel<T, D, kGate, kDet>, 128,
                                                           BwdMainSmem<D>::bytes(group, kGate), "bwd_main_kernel");
@@ -162,7 +166,7 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
     // The bulk form of the turns (PATHATTN_BWD_TURNS=bulk, deterministic calls): the f32 accumulators it reduces
     // into, as [rows, D] maps of box_rows x 32 boxes: a warp's 16 rows in the two-chunk kernel, whose warps add on
     // their own, a warpgroup's 64 in the wide one (without blocks the far maps repeat the near ones, unread).
-    const bool bulk = kDet && bwd_launch_detail::turns_bulk();
+    const bool bulk = kDet && bwd_launch_detail::turns_bulk(D);
     BwdTurnMaps tmaps{};
     if (bulk) {
       const int64_t p_rows = static_cast<int64_t>(p.num_chunks) * p.H * D;
