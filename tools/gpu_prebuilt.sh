@@ -13,10 +13,11 @@
 #                                             and runs CMD there with the libraries on LD_LIBRARY_PATH, e.g.
 #                                             tools/gpu_prebuilt.sh run ./bench_fwd --bwd --shape 32,4096,32,64
 #   tools/gpu_prebuilt.sh turns               on the GPU machine: the bulk turns' check (docs/perf/notes.md "The
-#                                             turns' tiles as bulk reductions"): bench_fwd --bwd at both D with
-#                                             PATHATTN_BWD_TURNS atomic, then bulk; the case table with the bulk turns
-#                                             per chunk and with blocks of 2, each case's errors against the recorded
-#                                             commit's, memcheck and racecheck on small cases; logs to $OUT
+#                                             turns' tiles as bulk reductions", v20): memcheck and racecheck on small
+#                                             cases and the case table, each case's errors against the recorded
+#                                             commit's, with the bulk turns per chunk and with blocks of 2; then
+#                                             bench_fwd --bwd (TURNS_BENCH_ARGS) with PATHATTN_BWD_TURNS atomic, then
+#                                             bulk; logs to $OUT
 #
 # The binaries are built with -march=native (pathattn_core's CPU path, test_cuda_backward's reference): the GPU
 # machine's CPU must have this machine's instruction set (both AVX-512 so far); a SIGILL (rc 132) says it does not.
@@ -55,33 +56,35 @@ case "$CMD" in
       cd /tmp/pre && exec "$@"
     fi
     ROOT=$PWD  # (the repository: the script starts there)
-    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
+    say() { echo "$*" | tee -a "$OUT/summary.txt"; }  # (printed as it goes: a call cut short still shows it)
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
     cd /tmp/pre
-    # The A/B: bench_fwd --bwd at both D (32 x 1024, 32 x 4096, 8 x 16384) with stage times, atomic then bulk.
-    for t in atomic bulk; do
-      PATHATTN_BWD_TURNS=$t PATHATTN_CUDA_PROFILE=1 timeout 120 ./bench_fwd --bwd --iters 3 > "$OUT/bench_$t.log" 2>&1
-      echo "bench_fwd --bwd, PATHATTN_BWD_TURNS=$t: rc=$?" >> "$OUT/summary.txt"
-      grep -E '^ +[0-9]' "$OUT/bench_$t.log" >> "$OUT/summary.txt"
-      python3 "$ROOT/tools/bench_stages.py" "$OUT/bench_$t.log" >> "$OUT/summary.txt"
-    done
     # The case table (not Long) with the bulk turns per chunk and with blocks of 2, each case's errors against the
-    # recorded commit's (the same digits expected: the same sums in the same order).
+    # recorded commit's (the same digits expected: the same sums in the same order), and memcheck and racecheck on
+    # small cases (both D; gpu_check.sh's SMALL_BWD64 and its D = 128 case).
     for v in "" PATHATTN_BWD_BLOCK=2; do
       tag=bulk${v:+_block2}
-      env PATHATTN_BWD_TURNS=bulk $v timeout 200 ./test_cuda_backward --gtest_filter=-Long/* > "$OUT/errors_bwd_$tag.log" 2>&1
-      echo "test_cuda_backward ($tag): rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/errors_bwd_$tag.log" | tr '\n' ' ')" >> "$OUT/summary.txt"
-      for ref in "$ROOT"/docs/perf/errors_bwd_*.txt; do
-        python3 "$ROOT/tools/same_errors.py" "$OUT/errors_bwd_$tag.log" "$ref" | sed "s/^/($tag) /" >> "$OUT/summary.txt"
-      done
-      # memcheck and racecheck on small cases (both D; gpu_check.sh's SMALL_BWD64 and its D = 128 case)
       for tool in memcheck racecheck; do
-        env PATHATTN_BWD_TURNS=bulk $v timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 ./test_cuda_backward \
+        env PATHATTN_BWD_TURNS=bulk $v timeout 100 compute-sanitizer --tool $tool --error-exitcode 3 ./test_cuda_backward \
           --gtest_filter='*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T200_H2_HQ2_D64*:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16' \
           > "$OUT/sanitizer_${tag}_$tool.log" 2>&1
-        echo "compute-sanitizer $tool ($tag): rc=$?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_${tag}_$tool.log" | tail -1)" >> "$OUT/summary.txt"
+        say "compute-sanitizer $tool ($tag): rc=$?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_${tag}_$tool.log" | tail -1)"
+      done
+      env PATHATTN_BWD_TURNS=bulk $v timeout 100 ./test_cuda_backward --gtest_filter=-Long/* > "$OUT/errors_bwd_$tag.log" 2>&1
+      say "test_cuda_backward ($tag): rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/errors_bwd_$tag.log" | tr '\n' ' ')"
+      for ref in "$ROOT"/docs/perf/errors_bwd_*.txt; do
+        say "($tag) $(python3 "$ROOT/tools/same_errors.py" "$OUT/errors_bwd_$tag.log" "$ref")"
       done
     done
-    cat "$OUT/gpu.txt" "$OUT/summary.txt"
+    # The A/B: bench_fwd --bwd (TURNS_BENCH_ARGS, default both D: 32 x 1024, 32 x 4096, 8 x 16384) with stage times,
+    # atomic then bulk.
+    for t in atomic bulk; do
+      PATHATTN_BWD_TURNS=$t PATHATTN_CUDA_PROFILE=1 timeout 100 ./bench_fwd --bwd ${TURNS_BENCH_ARGS:---iters 3} \
+        > "$OUT/bench_$t.log" 2>&1
+      say "bench_fwd --bwd ${TURNS_BENCH_ARGS:---iters 3}, PATHATTN_BWD_TURNS=$t: rc=$?"
+      grep -E '^ +[0-9]' "$OUT/bench_$t.log" | tee -a "$OUT/summary.txt"
+      python3 "$ROOT/tools/bench_stages.py" "$OUT/bench_$t.log" | tee -a "$OUT/summary.txt"
+    done
     ;;
   *) sed -n '2,24p' "$0"; exit 2 ;;
 esac
