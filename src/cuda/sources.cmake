@@ -29,3 +29,10 @@ target_link_libraries(pathattn_core PUBLIC CUDA::cudart)
 # and the UT solve keeps IEEE division and FMA contraction as written.
 target_compile_options(pathattn_core PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:-gencode=arch=compute_90a,code=sm_90a -O3 -lineinfo --expt-relaxed-constexpr -Xptxas=-v>)
+# With the tests: each CUDA object's ptxas report kept in <build>/ptxas/ (tools/nvcc_logged.sh), which the CPU test
+# test_ptxas_report checks for serialised wgmma (tools/check_ptxas.py). (A pip install builds without tests, and its
+# copy of the sources may have no tools/.)
+if(PATHATTN_TESTS AND EXISTS "${PROJECT_SOURCE_DIR}/tools/nvcc_logged.sh")
+  set_target_properties(pathattn_core PROPERTIES
+    CUDA_COMPILER_LAUNCHER "${PROJECT_SOURCE_DIR}/tools/nvcc_logged.sh;${CMAKE_BINARY_DIR}/ptxas")
+endif()
