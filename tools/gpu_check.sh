@@ -240,6 +240,9 @@ if command -v cuobjdump >/dev/null; then
     build-gpu/bench/cuda/bench_fwd 2>/dev/null | grep -oE '^ +/\*[0-9a-f]{4}\*/ +[A-Z0-9_.]+' | awk '{print $2}' |
     sort | uniq -c | sort -rn > "$OUT/sass_fwd_wgmma.txt" || true
 fi
+# Serialised wgmma in this machine's build (its nvcc may differ from the CI's): tools/check_ptxas.py on the reports
+# tools/nvcc_logged.sh kept (docs/cuda.md "ptxas's reports, checked").
+[ "$MODE" != torch ] && [ -d build-gpu/ptxas ] && note "ptxas reports: $(python3 tools/check_ptxas.py build-gpu/ptxas | tail -1)"
 grep -A2 "Compiling entry function.*\(fwd_kernel\|bwd_main\|bwd_local\)" "$OUT/build.log" | grep -E "entry|registers|spill" | tail -48 >> "$OUT/registers.txt" || true
 # Where bwd_local's spills sit at D = 64 (bf16, TF32 products, without and with the gate): tools/sass_spills.py on its
 # SASS (docs/perf/notes.md v14, v15): straight-line spills around the solve are cheap, spills inside loops are not.
