@@ -55,14 +55,14 @@ inline const std::string& main_setting() {
 // PATHATTN_BWD_TURNS: how the deterministic mode's ordered tiles go out in the wgmma kernels (bwd_main_pair.cuh at
 // D = 64, bwd_main_wide.cuh at D = 128): atomic (every warp's float4 atomics, then its fence and pass) or bulk
 // (staged in shared memory, and the copy engine adds the tile in the adding warp's or warpgroup's turn: the kernels'
-// kBulk); auto (the default): bulk at D = 128, atomic at D = 64. Measured on an H100 (docs/perf/notes.md v20): the
-// wide kernel's bulk turns cut bwd_main det 74.1 -> 49.8 ms at 32 x 4096 (H 16) against the mma.sync kernel that
-// atomic D = 128 calls with blocks run (BwdGrid::mma_ctas_for_blocks), the same bits, sanitizers clean; the pair
-// kernel's per-warpgroup bulk form cut 37.5 -> 29.6 at D = 64 but racecheck could not follow its named barriers,
-// and its per-warp form (no named barrier) is unrun: D = 64 stays atomic until it is measured.
-inline bool turns_bulk(int D) {
+// kBulk); auto (the default): bulk at both D. Measured on an H100 (docs/perf/notes.md v20, v21), the same bits as the
+// atomic form, memcheck and racecheck clean: the wide kernel's bulk turns cut bwd_main det 74.1 -> 49.8 ms at
+// 32 x 4096 (H 16) against the mma.sync kernel that atomic D = 128 calls with blocks run
+// (BwdGrid::mma_ctas_for_blocks); the pair kernel's per-warp bulk turns 37.2 -> 29.8 at D = 64 (H 32), 133.9 -> 107.2
+// at 8 x 16384. The atomic form stays as the opt-out and as the baseline of A/B runs.
+inline bool turns_bulk() {
   static const std::string s = env::choice("PATHATTN_BWD_TURNS", {"auto", "atomic", "bulk"}, "auto");
-  return s == "bulk" || (s == "auto" && D == 128);
+  return s != "atomic";
 }
 inline bool mma_main_forced(int D) { return main_setting() == "mma" || bwd_blocks_need_mma(D); }
 inline bool fits_smem(int bytes) {
@@ -101,14 +101,14 @@ BwdGrid bwd_grid(int group) {
   g.wide_main = D == 128 && wgmma && bwd_launch_detail::fits_smem(BwdWideSmem::bytes(group, kGate));
   if constexpr (D == 64) {  // (each D's TU compiles its own wgmma kernel only)
     if (g.pair_main) {
-      const bool bulk = kDet && bwd_launch_detail::turns_bulk(D);
+      const bool bulk = kDet && bwd_launch_detail::turns_bulk();
       g.main_ctas = bulk ? bwd_launch_detail::resident(bwd_main_pair_kernel<T, kGate, kDet, false, kDet>, 256,
                                                        BwdPairSmem::bytes(group, kGate, kDet, true), "bwd_main_pair_kernel")
                          : bwd_launch_detail::resident(bwd_main_pair_kernel<T, kGate, kDet, false>, 256,
                                                        BwdPairSmem::bytes(group, kGate, kDet, false), "bwd_main_pair_kernel");
     }
   } else {
-    const bool bulk = kDet && bwd_launch_detail::turns_bulk(D);
+    const bool bulk = kDet && bwd_launch_detail::turns_bulk();
     if (g.wide_main)
       g.main_ctas = bulk ? bwd_launch_detail::resident(bwd_main_wide_kernel<T, kGate, kDet, false, kDet>, 256,
                                                        BwdWideSmem::bytes(group, kGate), "bwd_main_wide_kernel")
@@ -166,7 +166,7 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
     // The bulk form of the turns (PATHATTN_BWD_TURNS=bulk, deterministic calls): the f32 accumulators it reduces
     // into, as [rows, D] maps of box_rows x 32 boxes: a warp's 16 rows in the two-chunk kernel, whose warps add on
     // their own, a warpgroup's 64 in the wide one (without blocks the far maps repeat the near ones, unread).
-    const bool bulk = kDet && bwd_launch_detail::turns_bulk(D);
+    const bool bulk = kDet && bwd_launch_detail::turns_bulk();
     BwdTurnMaps tmaps{};
     if (bulk) {
       const int64_t p_rows = static_cast<int64_t>(p.num_chunks) * p.H * D;
