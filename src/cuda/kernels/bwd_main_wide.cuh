@@ -63,11 +63,11 @@ struct BwdWideSmem {
   }
 };
 
-// kBulk (deterministic calls, PATHATTN_BWD_TURNS=bulk): the turns' tiles as bulk reductions, as bwd_main_pair.cuh's
-// kBulk (docs/perf/notes.md "The turns' tiles as bulk reductions"): each warpgroup stages its tile (BwdWideSmem
-// says where), its first warp alone waits for the turn, and that warp's lane 0 issues the copy engine's adds (tmaps:
-// the f32 accumulators as [rows, D] maps of 64 x 32 boxes) and holds the pass; two passes per task and turn instead
-// of eight.
+// kBulk (deterministic calls, the default; PATHATTN_BWD_TURNS=atomic turns it off): the turns' tiles as bulk
+// reductions, as bwd_main_pair.cuh's kBulk (docs/perf/notes.md "The turns' tiles as bulk reductions"): each warpgroup
+// stages its tile (BwdWideSmem says where), its first warp alone waits for the turn, and that warp's lane 0 issues the
+// copy engine's adds (tmaps: the f32 accumulators as [rows, D] maps of 64 x 32 boxes) and holds the pass; two passes
+// per task and turn instead of eight.
 template <typename T, bool kGate, bool kDet, bool kBlocks, bool kBulk = false>
 __global__ void __launch_bounds__(256, 1)
     bwd_main_wide_kernel(const BwdParams p, const __grid_constant__ CUtensorMap tm_q,

@@ -163,9 +163,10 @@ void launch_bwd(const BwdParams& p, const BwdGrid& grid, cudaStream_t stream, co
     const int64_t f_rows = static_cast<int64_t>(p.num_blocks) * p.H * D;
     const CUtensorMap tm_qfar = far_map(blocks_on, p.qfar, q_rows, D, tm_q, "the Q' workspace");
     const CUtensorMap tm_bstep = far_map(blocks_on, p.blockstep, f_rows, D, tm_step, "the block steps' workspace");
-    // The bulk form of the turns (PATHATTN_BWD_TURNS=bulk, deterministic calls): the f32 accumulators it reduces
-    // into, as [rows, D] maps of box_rows x 32 boxes: a warp's 16 rows in the two-chunk kernel, whose warps add on
-    // their own, a warpgroup's 64 in the wide one (without blocks the far maps repeat the near ones, unread).
+    // The bulk form of the turns (deterministic calls; the default, PATHATTN_BWD_TURNS=atomic turns it off): the f32
+    // accumulators it reduces into, as [rows, D] maps of box_rows x 32 boxes: a warp's 16 rows in the two-chunk kernel,
+    // whose warps add on their own, a warpgroup's 64 in the wide one (without blocks the far maps repeat the near ones,
+    // unread).
     const bool bulk = kDet && bwd_launch_detail::turns_bulk();
     BwdTurnMaps tmaps{};
     if (bulk) {
