@@ -9,12 +9,16 @@
   plot_synthetic.py flipflop SUMMARY [--out table.md] [--paper MECH:SET=PERCENT ...]
                                                              error per set: mean, sd, range over seeds, beside the
                                                              paper's
+  plot_synthetic.py curves SUMMARY --task T --runs CELLS [--only REGEX] --out curves.png
+                                                             evaluation error by training step, one line per cell
+                                                             (A5: per sequence)
 
 Only finished cells enter a number; the tables say how many seeds each number has and how many are pending.
 """
 import argparse
 import math
 import os
+import re
 import statistics
 import sys
 
@@ -226,12 +230,17 @@ def cmd_flipflop(args):
 
 
 def cmd_curves(args):
-    """Evaluation error against the training step for every cell of a task (each cell's metrics.csv): one panel per
-    evaluation set, one colour per mechanism, one line per seed. Shows whether the runs had flattened."""
+    """Evaluation error against the training step for every cell of a task (each cell's metrics.csv), or of the cells
+    whose id matches --only: one panel per evaluation set, one colour per mechanism, one line per seed. Shows whether
+    the runs had flattened. A5's error is per sequence (its solved rule's metric: the `_seq_error` columns), the other
+    tasks' per scored position."""
     import csv as csv_mod
     rows = [r for r in sweep.read_summary(args.summary) if r["task"] == args.task]
+    if args.only:
+        rows = [r for r in rows if re.search(args.only, r["cell"])]
     if not rows:
-        raise SystemExit(f"{args.summary}: no {args.task} rows")
+        raise SystemExit(f"{args.summary}: no {args.task} rows" + (f" matching --only {args.only!r}" if args.only else ""))
+    suffix = "_seq_error" if args.task == "a5" else "_error"
     curves = {}  # cell -> (mechanism, {set: [(step, error %)]})
     for r in rows:
         path = os.path.join(args.runs, r["cell"], "metrics.csv")
@@ -239,9 +248,9 @@ def cmd_curves(args):
             continue
         with open(path) as f:
             data = list(csv_mod.DictReader(f))
-        sets = [k[:-len("_error")] for k in (data[0] if data else {}) if k.endswith("_error")
-                and not k.endswith("_seq_error")]
-        curves[r["cell"]] = (r["mechanism"], {s: [(int(d["step"]), 100 * float(d[f"{s}_error"])) for d in data]
+        sets = [k[:-len(suffix)] for k in (data[0] if data else {}) if k.endswith(suffix)
+                and (suffix == "_seq_error" or not k.endswith("_seq_error"))]
+        curves[r["cell"]] = (r["mechanism"], {s: [(int(d["step"]), 100 * float(d[s + suffix])) for d in data]
                                               for s in sets})
     if not curves:
         raise SystemExit(f"{args.runs}: no metrics.csv of a {args.task} cell")
@@ -258,7 +267,7 @@ def cmd_curves(args):
             ax.plot(steps, errs, color=colours.get(m, "k"), alpha=0.8, lw=1.2, label=None if m in seen else m)
             seen.add(m)
         ax.set_xlabel("training step")
-        ax.set_ylabel(f"{s} error %")
+        ax.set_ylabel(f"{s} {'sequence ' if suffix == '_seq_error' else ''}error %")
         ax.set_title(s)
         ax.grid(alpha=0.3)
     axes[0][0].legend()
@@ -285,6 +294,7 @@ def main(argv=None):
     p.add_argument("summary")
     p.add_argument("--task", required=True, choices=["a5", "mqrar", "flipflop"])
     p.add_argument("--runs", required=True, help="the folder holding the cells (their metrics.csv)")
+    p.add_argument("--only", default="", help="only the cells whose id matches this regular expression")
     p.add_argument("--out", required=True, help="PNG to write")
     p.add_argument("--title", default="")
     args = ap.parse_args(argv)

@@ -121,6 +121,36 @@ def test_curves_from_the_cells_metrics(tmp_path, capsys):
                                 "--out", str(tmp_path / "c.png")]) == 0
     assert "(2 cells)" in capsys.readouterr().out
     assert (tmp_path / "c.png").stat().st_size > 1000
+    # --only keeps the matching cells; none matching is an error naming the pattern
+    assert plot_synthetic.main(["curves", str(s), "--task", "flipflop", "--runs", str(runs), "--only", ff[0]["cell"] + "$",
+                                "--out", str(tmp_path / "c1.png")]) == 0
+    assert "(1 cells)" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="matching --only 'nothing-like-this'"):
+        plot_synthetic.main(["curves", str(s), "--task", "flipflop", "--runs", str(runs), "--only", "nothing-like-this",
+                             "--out", str(tmp_path / "c2.png")])
+
+
+def test_a5_curves_use_the_sequence_error(tmp_path, capsys, monkeypatch):
+    """A5 is solved by its sequence accuracy, so its curves plot the `_seq_error` columns (the position error of the
+    same run is far lower and would hide what the solved rule reads)."""
+    s = summary_file(tmp_path)
+    a5 = [r for r in sweep.read_summary(str(s)) if r["task"] == "a5"]
+    runs = tmp_path / "runs"
+    (runs / a5[0]["cell"]).mkdir(parents=True)
+    (runs / a5[0]["cell"] / "metrics.csv").write_text(
+        "step,elapsed_s,in_dist_loss,in_dist_error,in_dist_seq_error\n500,1,0.1,0.02,0.5\n1000,2,0.05,0.01,0.25\n")
+    plotted = []
+    real_subplots = plot_synthetic.plt_module().subplots
+
+    def subplots(*a, **k):
+        fig, axes = real_subplots(*a, **k)
+        for ax in axes[0]:
+            real_plot = ax.plot
+            ax.plot = lambda x, y, *pa, _p=real_plot, **pk: (plotted.append(list(y)), _p(x, y, *pa, **pk))[1]
+        return fig, axes
+    monkeypatch.setattr(plot_synthetic.plt_module(), "subplots", subplots)
+    assert plot_synthetic.main(["curves", str(s), "--task", "a5", "--runs", str(runs), "--out", str(tmp_path / "a.png")]) == 0
+    assert plotted == [[50.0, 25.0]]
 
 
 def test_grid_options_are_checked():
