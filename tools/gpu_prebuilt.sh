@@ -8,16 +8,19 @@
 #   tools/gpu_prebuilt.sh pack [TARGETS...]   here: builds TARGETS in build/ (default: bench_fwd test_cuda_backward;
 #                                             build/ from tools/setup.sh, CUDA on), strips them, adds OpenBLAS and the
 #                                             runtime libraries it pulls in (the GPU image has none), and writes
-#                                             third_party_fetched/pre/pre.tar.xz (~20 MB; a call carries at most 64 MiB)
+#                                             third_party_fetched/pre/pre.tar.xz (~20 MB; a call carries at most 64 MiB).
+#                                             PRE_BASE=REV: also bench_fwd built from REV's sources (tools/ab_snapshot.sh,
+#                                             in build-ab-<rev>), packed as bench_fwd_base, for check's A/B
 #   tools/gpu_prebuilt.sh run CMD...          on the GPU machine (carry third_party_fetched/pre): unpacks to /tmp/pre
 #                                             and runs CMD there with the libraries on LD_LIBRARY_PATH, e.g.
 #                                             tools/gpu_prebuilt.sh run ./bench_fwd --bwd --shape 32,4096,32,64
-#   tools/gpu_prebuilt.sh turns               on the GPU machine: the bulk turns' check (docs/perf/notes.md "The
-#                                             turns' tiles as bulk reductions", v20): memcheck and racecheck on small
-#                                             cases and the case table, each case's errors against the recorded
-#                                             commit's, with the bulk turns per chunk and with blocks of 2; then
-#                                             bench_fwd --bwd (TURNS_BENCH_ARGS) with PATHATTN_BWD_TURNS atomic, then
-#                                             bulk; logs to $OUT
+#   tools/gpu_prebuilt.sh check               on the GPU machine: the check of a backward change made without a GPU
+#                                             (docs/perf/notes.md "Next device calls"): memcheck and racecheck on small
+#                                             cases and the case table (not Long), each case's errors against the
+#                                             recorded commit's (docs/perf/errors_bwd_*.txt), per chunk and with blocks
+#                                             of 2; then the A/B, bench_fwd --bwd with stage times (CHECK_BENCH_ARGS,
+#                                             default --only 64 --iters 5), the packed base and this build alternating,
+#                                             CHECK_ROUNDS (2) rounds; logs to $OUT
 #
 # The binaries are built with -march=native (pathattn_core's CPU path, test_cuda_backward's reference): the GPU
 # machine's CPU must have this machine's instruction set (both AVX-512 so far); a SIGILL (rc 132) says it does not.
@@ -33,6 +36,17 @@ case "$CMD" in
       { tail -20 /tmp/gpu_prebuilt_build.log; exit 1; }
     stage=$(mktemp -d)
     mkdir -p "$stage/lib"
+    if [ -n "${PRE_BASE:-}" ]; then
+      base=$(git rev-parse --short=7 "$PRE_BASE^{commit}") || exit 1
+      [ -f "third_party_fetched/ab/$base/CMakeLists.txt" ] || tools/ab_snapshot.sh "$base" || exit 1
+      { cmake -S "third_party_fetched/ab/$base" -B "build-ab-$base" -DPATHATTN_TORCH=OFF -DPATHATTN_CUDA=ON \
+          -DPATHATTN_TESTS=OFF -DPATHATTN_BENCH=ON -DCMAKE_BUILD_TYPE=Release \
+          -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" &&
+        cmake --build "build-ab-$base" --target bench_fwd -j"$(nproc)"; } > /tmp/gpu_prebuilt_base.log 2>&1 ||
+        { tail -20 /tmp/gpu_prebuilt_base.log; exit 1; }
+      cp "build-ab-$base/bench/cuda/bench_fwd" "$stage/bench_fwd_base" && strip "$stage/bench_fwd_base"
+      echo "$base" > "$stage/base.txt"
+    fi
     for t in "${targets[@]}"; do
       bin=$(find build -type f -name "$t" -perm -u+x | head -1)
       [ -n "$bin" ] || { echo "gpu_prebuilt: no built $t under build/"; exit 1; }
@@ -45,9 +59,9 @@ case "$CMD" in
     done
     mkdir -p "$(dirname "$ARCHIVE")"
     tar -C "$stage" -cJf "$ARCHIVE" . && rm -rf "$stage"
-    echo "gpu_prebuilt: $ARCHIVE ($(du -h "$ARCHIVE" | cut -f1)): ${targets[*]} and $(tar -tJf "$ARCHIVE" | grep -c '^./lib/.') libraries"
+    echo "gpu_prebuilt: $ARCHIVE ($(du -h "$ARCHIVE" | cut -f1)): ${targets[*]}${PRE_BASE:+, bench_fwd_base ($PRE_BASE)} and $(tar -tJf "$ARCHIVE" | grep -c '^./lib/.') libraries"
     ;;
-  run|turns)
+  run|check)
     [ -f "$ARCHIVE" ] || { echo "gpu_prebuilt: no $ARCHIVE (pack it here and carry third_party_fetched/pre)"; exit 1; }
     rm -rf /tmp/pre && mkdir -p /tmp/pre && tar -C /tmp/pre -xJf "$ARCHIVE" || exit 1
     export LD_LIBRARY_PATH=/tmp/pre/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -59,31 +73,34 @@ case "$CMD" in
     say() { echo "$*" | tee -a "$OUT/summary.txt"; }  # (printed as it goes: a call cut short still shows it)
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
     cd /tmp/pre
-    # The case table (not Long) with the bulk turns per chunk and with blocks of 2, each case's errors against the
-    # recorded commit's (the same digits expected: the same sums in the same order), and memcheck and racecheck on
-    # small cases (both D; gpu_check.sh's SMALL_BWD64 and its D = 128 case).
+    # Memcheck and racecheck on small cases (both D; gpu_check.sh's SMALL_BWD64 and its D = 128 case) and the case
+    # table (not Long), each case's errors against the recorded commit's: the same digits when the change keeps the
+    # bits. Per chunk and with blocks of 2 (the two-level sums).
     for v in "" PATHATTN_BWD_BLOCK=2; do
-      tag=bulk${v:+_block2}
+      tag=default${v:+_block2}
       for tool in memcheck racecheck; do
-        env PATHATTN_BWD_TURNS=bulk $v timeout 100 compute-sanitizer --tool $tool --error-exitcode 3 ./test_cuda_backward \
+        env $v timeout 100 compute-sanitizer --tool $tool --error-exitcode 3 ./test_cuda_backward \
           --gtest_filter='*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T200_H2_HQ2_D64*:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16' \
           > "$OUT/sanitizer_${tag}_$tool.log" 2>&1
         say "compute-sanitizer $tool ($tag): rc=$?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_${tag}_$tool.log" | tail -1)"
       done
-      env PATHATTN_BWD_TURNS=bulk $v timeout 100 ./test_cuda_backward --gtest_filter=-Long/* > "$OUT/errors_bwd_$tag.log" 2>&1
+      env $v timeout 100 ./test_cuda_backward --gtest_filter=-Long/* > "$OUT/errors_bwd_$tag.log" 2>&1
       say "test_cuda_backward ($tag): rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/errors_bwd_$tag.log" | tr '\n' ' ')"
       for ref in "$ROOT"/docs/perf/errors_bwd_*.txt; do
         say "($tag) $(python3 "$ROOT/tools/same_errors.py" "$OUT/errors_bwd_$tag.log" "$ref")"
       done
     done
-    # The A/B: bench_fwd --bwd (TURNS_BENCH_ARGS, default both D: 32 x 1024, 32 x 4096, 8 x 16384) with stage times,
-    # atomic then bulk.
-    for t in atomic bulk; do
-      PATHATTN_BWD_TURNS=$t PATHATTN_CUDA_PROFILE=1 timeout 100 ./bench_fwd --bwd ${TURNS_BENCH_ARGS:---iters 3} \
-        > "$OUT/bench_$t.log" 2>&1
-      say "bench_fwd --bwd ${TURNS_BENCH_ARGS:---iters 3}, PATHATTN_BWD_TURNS=$t: rc=$?"
-      grep -E '^ +[0-9]' "$OUT/bench_$t.log" | tee -a "$OUT/summary.txt"
-      python3 "$ROOT/tools/bench_stages.py" "$OUT/bench_$t.log" | tee -a "$OUT/summary.txt"
+    # The A/B: the packed base (pack with PRE_BASE) and this build, alternating (compare timings only within a run).
+    bins=(./bench_fwd); [ -x ./bench_fwd_base ] && bins=(./bench_fwd_base ./bench_fwd) &&
+      say "A/B: bench_fwd_base is $(cat base.txt), bench_fwd this build"
+    for round in $(seq "${CHECK_ROUNDS:-2}"); do
+      for b in "${bins[@]}"; do
+        log="$OUT/bench_$(basename "$b")_$round.log"
+        PATHATTN_CUDA_PROFILE=1 timeout 150 "$b" --bwd ${CHECK_BENCH_ARGS:---only 64 --iters 5} > "$log" 2>&1
+        say "round $round, $b --bwd ${CHECK_BENCH_ARGS:---only 64 --iters 5}: rc=$?"
+        grep -E '^ +[0-9]' "$log" | tee -a "$OUT/summary.txt"
+        python3 "$ROOT/tools/bench_stages.py" "$log" | tee -a "$OUT/summary.txt"
+      done
     done
     ;;
   *) sed -n '2,24p' "$0"; exit 2 ;;

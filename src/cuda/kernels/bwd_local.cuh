@@ -189,6 +189,15 @@ __device__ __forceinline__ void mm(float* Cm, int ldc, const TA* A, int lda, con
   __syncthreads();
 }
 
+// x rounded to TF32 where kRound (a tile read only by TF32 products from here on: Exact's kRoundC), else x.
+template <bool kRound>
+__device__ __forceinline__ float round_if(float x) {
+  if constexpr (kRound)
+    return tf32(x);
+  else
+    return x;
+}
+
 // A thread's share of a [C, D] tile moved between global and shared memory: kPer elements, element e = threadIdx.x
 // + i kThreads (row e / D, column e % D), in batches of kBatch whose loads are all issued before their stores (one
 // memory latency per batch).
@@ -206,13 +215,15 @@ __device__ __forceinline__ void load_view(float (&v)[Share<D>::kBatch], const X*
     v[i] = r < n ? to_f(src[r * rs + d]) : 0.f;
   }
 }
-// The same batch into a tile [C][ldd] of type Y (f32, or the inputs' 16-bit type for 16-bit inputs: exact).
-template <int D, typename Y>
+// The same batch into a tile [C][ldd] of type Y (f32, or the inputs' 16-bit type for 16-bit inputs: exact); an f32
+// tile rounded to TF32 where kRound (a staged copy read only by TF32 products: round_if).
+template <int D, bool kRound = false, typename Y>
 __device__ __forceinline__ void store_tile(Y* dst, int ldd, const float (&v)[Share<D>::kBatch], int i0) {
+  static_assert(!kRound || std::is_same_v<Y, float>, "only f32 tiles are rounded to TF32");
 #pragma unroll
   for (int i = 0; i < Share<D>::kBatch; ++i) {
     const int e = threadIdx.x + (i0 + i) * Share<D>::kThreads;
-    dst[(e / D) * ldd + e % D] = from_f<Y>(v[i]);
+    dst[(e / D) * ldd + e % D] = from_f<Y>(round_if<kRound>(v[i]));
   }
 }
 
@@ -234,8 +245,9 @@ template <int D, typename... Steps>
 __device__ __forceinline__ void stage_together(const Steps&... steps) {
   (stage_batches<D>(steps), ...);
 }
-// One tile of stage_together: rows [0, n) of a [C, D] view into a tile [C][ldd]; rows >= n are zero.
-template <int D, typename Y, typename X>
+// One tile of stage_together: rows [0, n) of a [C, D] view into a tile [C][ldd]; rows >= n are zero; rounded to
+// TF32 where kRound (store_tile).
+template <int D, typename Y, typename X, bool kRound = false>
 struct StageStep {
   Y* dst;
   int ldd;
@@ -243,7 +255,9 @@ struct StageStep {
   int64_t rs;
   int n;
   __device__ __forceinline__ void load(float (&v)[Share<D>::kBatch], int i0) const { load_view<D>(v, src, rs, n, i0); }
-  __device__ __forceinline__ void store(const float (&v)[Share<D>::kBatch], int i0) const { store_tile<D>(dst, ldd, v, i0); }
+  __device__ __forceinline__ void store(const float (&v)[Share<D>::kBatch], int i0) const {
+    store_tile<D, kRound>(dst, ldd, v, i0);
+  }
 };
 // One tile of stage_together the other way: rows [0, n) of an f32 tile [C][lds] into a [C, D] view of type X.
 template <int D, typename X>
@@ -268,22 +282,13 @@ struct WriteStep {
     }
   }
 };
-template <int D, typename Y, typename X>
-__device__ __forceinline__ StageStep<D, Y, X> stage_step(Y* dst, int ldd, const X* src, int64_t rs, int n) {
+template <int D, bool kRound = false, typename Y, typename X>
+__device__ __forceinline__ StageStep<D, Y, X, kRound> stage_step(Y* dst, int ldd, const X* src, int64_t rs, int n) {
   return {dst, ldd, src, rs, n};
 }
 template <int D, typename X>
 __device__ __forceinline__ WriteStep<D, X> write_step(X* dst, int64_t rs, const float* src, int lds, int n) {
   return {dst, rs, src, lds, n};
-}
-
-// x rounded to TF32 where kRound (a tile read only by TF32 products from here on: Exact's kRoundC), else x.
-template <bool kRound>
-__device__ __forceinline__ float round_if(float x) {
-  if constexpr (kRound)
-    return tf32(x);
-  else
-    return x;
 }
 
 // X[i][j] for a C x C tile: keep where keep(i, j) (rounded to TF32 where kRound), else 0.
@@ -380,11 +385,17 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
   // that writes them, kR on the element-wise step), and the products that read them take them as exact (RA, RB):
   // the same bits as rounding in every product, without the per-fragment conversions (Exact's kRoundC). Rounded:
   // bW, Y, T, Kcorr, U, QWl, P, dS, dQWl, dM, dT, T^T dT, dN + dN^T. The 3xTF32 instances round nothing.
-  // At D = 128 only: measured there as v12's kLean (which at D = 128 was this alone), bwd_local 41.6 -> 40.8 ms at
-  // 32 x 4096 (H100), the same bits; at D = 64 kLean (this with earlier loads) was slower and was not measured
-  // without them (docs/perf/notes.md v12).
-  constexpr bool kR = kOneTf32 && D == 128;
+  // Measured at D = 128 as v12's kLean (which at D = 128 was this alone): bwd_local 41.6 -> 40.8 ms at 32 x 4096
+  // (H100), the same bits. At D = 64 kLean (this with earlier loads and 8-k-step batches) was slower; this alone is
+  // on at D = 64 too since v22 (docs/perf/notes.md: a third fewer tf32 conversions, spills 128 / 260 -> 104 / 140
+  // bytes; unrun on the GPU when written).
+  constexpr bool kR = kOneTf32;
   constexpr int RA = kR ? local_detail::kA : 0, RB = kR ? local_detail::kB : 0, RC = kR ? local_detail::kRoundC : 0;
+  // At D = 64 the staged copies of dP, dK^, dKcorr and dU (v15) are read only by products too: rounded where they are
+  // staged (kS) and taken as exact by their products (SA, SB), the same bits again. (At D = 128 the products read
+  // them in place, from global memory.)
+  constexpr bool kS = kR && local_detail::LocalTiles<D>::kInSmem;
+  constexpr int SA = kS ? local_detail::kA : 0, SB = kS ? local_detail::kB : 0;
   static_assert(!std::is_same_v<T, float>, "the Exact flags below assume q, k, v, do in bf16 or f16");
   constexpr float kLog2e = 1.4426950408889634f;
   static_assert(C == 64, "ut_solve_tc solves 64 x 64 tiles");
@@ -497,18 +508,19 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       int ldp = D, ldk = D;
       if constexpr (Tiles::kInSmem) {
         static_assert(C == D, "dP and dK^ as [C, D] tiles");
-        stage_together<D>(stage_step<D>(s2, LC, dP, (int64_t)D, C), stage_step<D>(s3, LC, static_cast<const float*>(dk), (int64_t)D, C));
+        stage_together<D>(stage_step<D, kS>(s2, LC, dP, (int64_t)D, C),
+                          stage_step<D, kS>(s3, LC, static_cast<const float*>(dk), (int64_t)D, C));
         __syncthreads();
         dP = s2;
         dKh = s3;
         ldp = ldk = LC;
       }
-      mm_nosync<NW, D, D, kNone | X | RA, kAKBK>(dW, D, U, LD, dP, ldp, -1.f, false);
-      mm<NW, D, D, kNone | X, kAK>(dU, D, W, LD, dP, ldp, -1.f, false);
+      mm_nosync<NW, D, D, kNone | X | RA | SB, kAKBK>(dW, D, U, LD, dP, ldp, -1.f, false);
+      mm<NW, D, D, kNone | X | SB, kAK>(dU, D, W, LD, dP, ldp, -1.f, false);
       // ---- K^ = K - Kcorr^T W (Eq. 14): dk += dK^ (dkacc holds dK^ and becomes dk), dKcorr = -W dK^^T,
       // dW -= Kcorr dK^ (Eq. 29).
-      mm_nosync<NW, C, D, kNone | X, kAKBK>(dKc, C, W, LD, dKh, ldk, -1.f, false);
-      mm<NW, D, C, kNone | X | RA, kAK>(dW, D, sKc, LC, dKh, ldk, -1.f, true);
+      mm_nosync<NW, C, D, kNone | X | SB, kAKBK>(dKc, C, W, LD, dKh, ldk, -1.f, false);
+      mm<NW, D, C, kNone | X | RA | SB, kAK>(dW, D, sKc, LC, dKh, ldk, -1.f, true);
     }
 
     // ---- Per query head: the diagonal block and the query side (Eq. 12, 13, 24-28).
@@ -586,8 +598,8 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       const float* dUs = dU;
       int ldkc = C, ldu = D;
       if constexpr (Tiles::kInSmem) {
-        stage_together<D>(stage_step<D>(sDq, LD, static_cast<const float*>(dKc), (int64_t)C, C),
-                          stage_step<D>(U, LD, static_cast<const float*>(dU), (int64_t)D, C));
+        stage_together<D>(stage_step<D, kS>(sDq, LD, static_cast<const float*>(dKc), (int64_t)C, C),
+                          stage_step<D, kS>(U, LD, static_cast<const float*>(dU), (int64_t)D, C));
         dKcs = sDq;
         dUs = U;
         ldkc = ldu = LD;
@@ -598,13 +610,13 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
         s3[i * LC + j] = j < i ? round_if<kR>(sBeta[i] * s1[i * LC + j]) : 0.f;
     }
     __syncthreads();
-    mm_nosync<NW, C, C, kNone | X | RB, kAKBK>(s0, LC, dKcs, ldkc, s3, LC, 1.f, false);   // dT = dKcorr Y^T
-    mm<NW, C, C, kNone | X | RA, kANBN>(s2, LC, sT, LC, dKcs, ldkc, 1.f, false);  // dY = T^T dKcorr
+    mm_nosync<NW, C, C, kNone | X | RB | SA, kAKBK>(s0, LC, dKcs, ldkc, s3, LC, 1.f, false);   // dT = dKcorr Y^T
+    mm<NW, C, C, kNone | X | RA | SB, kANBN>(s2, LC, sT, LC, dKcs, ldkc, 1.f, false);  // dY = T^T dKcorr
     strict_lower_beta_backward<kR>(s2, s1, sBeta, sDbeta);  // Y = b strict_lower(M): dbeta, then dM = b dY
     mm_nosync<NW, D, C, kB | X | RA, kAK>(dW, D, s2, LC, K, LD, 1.f, true);       // dW += dM K
     mm<NW, D, C, kNone | X | RA, kANBN>(dk, D, s2, LC, W, LD, 1.f, true);  // dk += dM^T W
-    mm_nosync<NW, C, D, kNone | X | RB | RC, kAKBK>(s0, LC, dUs, ldu, bW, LD, 1.f, true);    // dT += dU (b W)^T
-    mm<NW, D, C, kNone | X | RA, kANBN>(dbW, D, sT, LC, dUs, ldu, 1.f, false);  // d(bW) = T^T dU
+    mm_nosync<NW, C, D, kNone | X | RB | RC | SA, kAKBK>(s0, LC, dUs, ldu, bW, LD, 1.f, true);    // dT += dU (b W)^T
+    mm<NW, D, C, kNone | X | RA | SB, kANBN>(dbW, D, sT, LC, dUs, ldu, 1.f, false);  // d(bW) = T^T dU
     add_row_dots<D>(sDbeta, dbW, D, W, LD);
     for (int e = tid; e < C * D; e += kThreads) dW[e] += sBeta[e / D] * dbW[e];
     __syncthreads();
