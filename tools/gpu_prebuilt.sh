@@ -9,8 +9,9 @@
 #                                             build/ from tools/setup.sh, CUDA on), strips them, adds OpenBLAS and the
 #                                             runtime libraries it pulls in (the GPU image has none), and writes
 #                                             third_party_fetched/pre/pre.tar.xz (~20 MB; a call carries at most 64 MiB).
-#                                             PRE_BASE=REV: also bench_fwd built from REV's sources (tools/ab_snapshot.sh,
-#                                             in build-ab-<rev>), packed as bench_fwd_base, for check's A/B
+#                                             PRE_BASE="REV...": also bench_fwd built from each REV's sources
+#                                             (tools/ab_snapshot.sh, in build-ab-<rev>), packed as bench_fwd_<rev>, for
+#                                             check's A/B
 #   tools/gpu_prebuilt.sh run CMD...          on the GPU machine (carry third_party_fetched/pre): unpacks to /tmp/pre
 #                                             and runs CMD there with the libraries on LD_LIBRARY_PATH, e.g.
 #                                             tools/gpu_prebuilt.sh run ./bench_fwd --bwd --shape 32,4096,32,64
@@ -19,7 +20,7 @@
 #                                             cases and the case table (not Long), each case's errors against the
 #                                             recorded commit's (docs/perf/errors_bwd_*.txt), per chunk and with blocks
 #                                             of 2; then the A/B, bench_fwd --bwd with stage times (CHECK_BENCH_ARGS,
-#                                             default --only 64 --iters 5), the packed base and this build alternating,
+#                                             default --only 64 --iters 5), the packed bases and this build alternating,
 #                                             CHECK_ROUNDS (2) rounds; logs to $OUT
 #
 # The binaries are built with -march=native (pathattn_core's CPU path, test_cuda_backward's reference): the GPU
@@ -36,17 +37,17 @@ case "$CMD" in
       { tail -20 /tmp/gpu_prebuilt_build.log; exit 1; }
     stage=$(mktemp -d)
     mkdir -p "$stage/lib"
-    if [ -n "${PRE_BASE:-}" ]; then
-      base=$(git rev-parse --short=7 "$PRE_BASE^{commit}") || exit 1
+    for rev in ${PRE_BASE:-}; do
+      base=$(git rev-parse --short=7 "$rev^{commit}") || exit 1
       [ -f "third_party_fetched/ab/$base/CMakeLists.txt" ] || tools/ab_snapshot.sh "$base" || exit 1
       { cmake -S "third_party_fetched/ab/$base" -B "build-ab-$base" -DPATHATTN_TORCH=OFF -DPATHATTN_CUDA=ON \
           -DPATHATTN_TESTS=OFF -DPATHATTN_BENCH=ON -DCMAKE_BUILD_TYPE=Release \
           -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" &&
         cmake --build "build-ab-$base" --target bench_fwd -j"$(nproc)"; } > /tmp/gpu_prebuilt_base.log 2>&1 ||
         { tail -20 /tmp/gpu_prebuilt_base.log; exit 1; }
-      cp "build-ab-$base/bench/cuda/bench_fwd" "$stage/bench_fwd_base" && strip "$stage/bench_fwd_base"
-      echo "$base" > "$stage/base.txt"
-    fi
+      cp "build-ab-$base/bench/cuda/bench_fwd" "$stage/bench_fwd_$base" && strip "$stage/bench_fwd_$base"
+    done
+    git rev-parse --short=7 HEAD > "$stage/head.txt"  # (the working tree's commit; uncommitted edits are not named)
     for t in "${targets[@]}"; do
       bin=$(find build -type f -name "$t" -perm -u+x | head -1)
       [ -n "$bin" ] || { echo "gpu_prebuilt: no built $t under build/"; exit 1; }
@@ -59,7 +60,7 @@ case "$CMD" in
     done
     mkdir -p "$(dirname "$ARCHIVE")"
     tar -C "$stage" -cJf "$ARCHIVE" . && rm -rf "$stage"
-    echo "gpu_prebuilt: $ARCHIVE ($(du -h "$ARCHIVE" | cut -f1)): ${targets[*]}${PRE_BASE:+, bench_fwd_base ($PRE_BASE)} and $(tar -tJf "$ARCHIVE" | grep -c '^./lib/.') libraries"
+    echo "gpu_prebuilt: $ARCHIVE ($(du -h "$ARCHIVE" | cut -f1)): ${targets[*]}${PRE_BASE:+, bench_fwd of $PRE_BASE} and $(tar -tJf "$ARCHIVE" | grep -c '^./lib/.') libraries"
     ;;
   run|check)
     [ -f "$ARCHIVE" ] || { echo "gpu_prebuilt: no $ARCHIVE (pack it here and carry third_party_fetched/pre)"; exit 1; }
@@ -90,9 +91,9 @@ case "$CMD" in
         say "($tag) $(python3 "$ROOT/tools/same_errors.py" "$OUT/errors_bwd_$tag.log" "$ref")"
       done
     done
-    # The A/B: the packed base (pack with PRE_BASE) and this build, alternating (compare timings only within a run).
-    bins=(./bench_fwd); [ -x ./bench_fwd_base ] && bins=(./bench_fwd_base ./bench_fwd) &&
-      say "A/B: bench_fwd_base is $(cat base.txt), bench_fwd this build"
+    # The A/B: the packed bases (pack with PRE_BASE) and this build, alternating (compare timings only within a run).
+    bins=(./bench_fwd_* ./bench_fwd); [ -e "${bins[0]}" ] || bins=(./bench_fwd)
+    say "A/B: ${bins[*]} (./bench_fwd is $(cat head.txt 2>/dev/null || echo 'this build'))"
     for round in $(seq "${CHECK_ROUNDS:-2}"); do
       for b in "${bins[@]}"; do
         log="$OUT/bench_$(basename "$b")_$round.log"
