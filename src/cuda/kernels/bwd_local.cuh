@@ -387,8 +387,8 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
   // bW, Y, T, Kcorr, U, QWl, P, dS, dQWl, dM, dT, T^T dT, dN + dN^T. The 3xTF32 instances round nothing.
   // Measured at D = 128 as v12's kLean (which at D = 128 was this alone): bwd_local 41.6 -> 40.8 ms at 32 x 4096
   // (H100), the same bits. At D = 64 kLean (this with earlier loads and 8-k-step batches) was slower; this alone is
-  // on at D = 64 too since v22 (docs/perf/notes.md: with kS and W below, 55% fewer tf32 conversions, spills 128 / 260 ->
-  // 88 / 104 bytes; unrun on the GPU when written).
+  // on at D = 64 too since v22 (docs/perf/notes.md: with kS and W below, 55% fewer tf32 conversions, spills
+  // 128 / 260 -> 88 / 104 bytes; unrun on the GPU when written).
   constexpr bool kR = kOneTf32;
   constexpr int RA = kR ? local_detail::kA : 0, RB = kR ? local_detail::kB : 0, RC = kR ? local_detail::kRoundC : 0;
   // At D = 64 the staged copies of dP, dK^, dKcorr and dU (v15) are read only by products too: rounded where they are
