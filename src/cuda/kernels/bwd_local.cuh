@@ -312,15 +312,15 @@ __device__ __forceinline__ void mask(float* X, F keep) {
   __syncthreads();
 }
 
-// dbeta_i += sum_d X[i][d] y(i, d) for a [C][D] tile X (row stride ldx) and y(i, d) a [C][D] tile's element or an
-// input's: 4 threads per row, the first 4 C threads (whole warps; the others return).
-template <int D, typename FY>
-__device__ __forceinline__ void add_row_dots(float* dbeta, const float* X, int ldx, FY y) {
+// dbeta_i += sum_d X[i][d] Y[i][d] for [C][D] tiles (row strides ldx, ldy): 4 threads per row, the first 4 C
+// threads (whole warps; the others return).
+template <int D>
+__device__ __forceinline__ void add_row_dots(float* dbeta, const float* X, int ldx, const float* Y, int ldy) {
   if (threadIdx.x >= 4 * C) return;
   const int row = threadIdx.x / 4, q = threadIdx.x % 4;
   float acc = 0.f;
 #pragma unroll 8
-  for (int d = q; d < D; d += 4) acc = fmaf(X[row * ldx + d], y(row, d), acc);
+  for (int d = q; d < D; d += 4) acc = fmaf(X[row * ldx + d], Y[row * ldy + d], acc);
   acc += __shfl_xor_sync(0xffffffffu, acc, 1);
   acc += __shfl_xor_sync(0xffffffffu, acc, 2);
   if (q == 0) dbeta[row] += acc;
@@ -387,19 +387,16 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
   // bW, Y, T, Kcorr, U, QWl, P, dS, dQWl, dM, dT, T^T dT, dN + dN^T. The 3xTF32 instances round nothing.
   // Measured at D = 128 as v12's kLean (which at D = 128 was this alone): bwd_local 41.6 -> 40.8 ms at 32 x 4096
   // (H100), the same bits. At D = 64 kLean (this with earlier loads and 8-k-step batches) was slower; this alone is
-  // on at D = 64 too since v22 (docs/perf/notes.md: with kS and W below, 55% fewer tf32 conversions, spills
-  // 128 / 260 -> 88 / 104 bytes; unrun on the GPU when written).
+  // on at D = 64 too since v22 (docs/perf/notes.md; with kS below: bwd_local 35.8 -> 32.9 ms at 32 x 4096, H100,
+  // every case's errors the same digits).
   constexpr bool kR = kOneTf32;
   constexpr int RA = kR ? local_detail::kA : 0, RB = kR ? local_detail::kB : 0, RC = kR ? local_detail::kRoundC : 0;
   // At D = 64 the staged copies of dP, dK^, dKcorr and dU (v15) are read only by products too: rounded where they are
   // staged (kS) and taken as exact by their products (SA, SB), the same bits again. (At D = 128 the products read
-  // them in place, from global memory.)
+  // them in place, from global memory.) W was not rounded as it is staged: v22 (c) did that, its element-wise
+  // readers (b W, dbeta's row dots) then reading the input's f32 w from global memory, and was 1-2% slower.
   constexpr bool kS = kR && local_detail::LocalTiles<D>::kInSmem;
   constexpr int SA = kS ? local_detail::kA : 0, SB = kS ? local_detail::kB : 0;
-  // W likewise (kS): rounded as it is staged, taken as exact by its twelve products (WA, WB); its two element-wise
-  // readers, b W and dbeta's row dots (Eq. 29-30), read the input's f32 values from global memory instead (the rows
-  // this task staged: L1 or L2).
-  constexpr int WA = SA, WB = SB;
   static_assert(!std::is_same_v<T, float>, "the Exact flags below assume q, k, v, do in bf16 or f16");
   constexpr float kLog2e = 1.4426950408889634f;
   static_assert(C == 64, "ut_solve_tc solves 64 x 64 tiles");
@@ -465,30 +462,23 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       sBeta[tid] = tid < n ? p.beta[ci.b * p.sbeta.b + (int64_t)(ci.t0 + tid) * p.sbeta.t + h * p.sbeta.h] : 0.f;
       sDbeta[tid] = 0.f;
     }
-    const int64_t row_w = ci.b * p.sw.b + (int64_t)ci.t0 * p.sw.t + h * p.sw.h;  // row 0 of the chunk in w
     {
+      const int64_t row_w = ci.b * p.sw.b + (int64_t)ci.t0 * p.sw.t + h * p.sw.h;
       const auto k_step = stage_step<D>(sK, LD, static_cast<const T*>(p.k) + ci.b * p.sk.b + (int64_t)ci.t0 * p.sk.t + h * p.sk.h, p.sk.t, n);
       const auto v_step = stage_step<D>(sV, LD, static_cast<const T*>(p.v) + ci.b * p.sv.b + (int64_t)ci.t0 * p.sv.t + h * p.sv.h, p.sv.t, n);
       if (p.w_is_bf16)
-        stage_together<D>(stage_step<D, kS>(W, LD, static_cast<const __nv_bfloat16*>(p.w) + row_w, p.sw.t, n), k_step, v_step);
+        stage_together<D>(stage_step<D>(W, LD, static_cast<const __nv_bfloat16*>(p.w) + row_w, p.sw.t, n), k_step, v_step);
       else
-        stage_together<D>(stage_step<D, kS>(W, LD, static_cast<const float*>(p.w) + row_w, p.sw.t, n), k_step, v_step);
+        stage_together<D>(stage_step<D>(W, LD, static_cast<const float*>(p.w) + row_w, p.sw.t, n), k_step, v_step);
     }
     __syncthreads();
-    // w(r, d) in f32: the staged tile, or (kS: W is staged rounded) the input
-    auto w_f32 = [&](int r, int d) {
-      if constexpr (kS)
-        return r < n ? load_w(p.w, row_w + r * p.sw.t + d, p.w_is_bf16) : 0.f;
-      else
-        return W[r * LD + d];
-    };
     for (int e = tid; e < C * D; e += kThreads) {
       const int r = e / D, d = e % D;
-      bW[r * LD + d] = round_if<kR>(sBeta[r] * w_f32(r, d));
+      bW[r * LD + d] = round_if<kR>(sBeta[r] * W[r * LD + d]);
     }
     if (!(p.timing_skip & 256)) {
-      mm_nosync<NW, C, D, kNone | X | WA | WB, kAKBK>(sT, LC, W, LD, W, LD, 1.f, false);  // W W^T
-      mm<NW, C, D, kB | X | WA, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);   // W K^T
+      mm_nosync<NW, C, D, kNone | X, kAKBK>(sT, LC, W, LD, W, LD, 1.f, false);  // W W^T
+      mm<NW, C, D, kB | X, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);   // W K^T
       for (int e = tid; e < C * C; e += kThreads) {  // A = b strict_lower(W W^T), Y = b strict_lower(W K^T)
         const int i = e / C, j = e % C;
         sT[i * LC + j] = j < i ? sBeta[i] * sT[i * LC + j] : 0.f;
@@ -527,10 +517,10 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
         ldp = ldk = LC;
       }
       mm_nosync<NW, D, D, kNone | X | RA | SB, kAKBK>(dW, D, U, LD, dP, ldp, -1.f, false);
-      mm<NW, D, D, kNone | X | WA | SB, kAK>(dU, D, W, LD, dP, ldp, -1.f, false);
+      mm<NW, D, D, kNone | X | SB, kAK>(dU, D, W, LD, dP, ldp, -1.f, false);
       // ---- K^ = K - Kcorr^T W (Eq. 14): dk += dK^ (dkacc holds dK^ and becomes dk), dKcorr = -W dK^^T,
       // dW -= Kcorr dK^ (Eq. 29).
-      mm_nosync<NW, C, D, kNone | X | WA | SB, kAKBK>(dKc, C, W, LD, dKh, ldk, -1.f, false);
+      mm_nosync<NW, C, D, kNone | X | SB, kAKBK>(dKc, C, W, LD, dKh, ldk, -1.f, false);
       mm<NW, D, C, kNone | X | RA | SB, kAK>(dW, D, sKc, LC, dKh, ldk, -1.f, true);
     }
 
@@ -556,7 +546,7 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
         sG[tid] = kGate ? p.ws.gl[qrow * C + tid] : 0.f;
       }
       __syncthreads();
-      mm_nosync<NW, C, D, kA | X | WB, kAKBK>(s0, LC, Q, LD, W, LD, 1.f, false);    // Q W^T
+      mm_nosync<NW, C, D, kA | X, kAKBK>(s0, LC, Q, LD, W, LD, 1.f, false);    // Q W^T
       mm<NW, C, D, kAB | X, kAKBK>(s1, LC, Q, LD, K, LD, 1.f, false);  // Q K^T
       mask2<kR>(s0, s1, [](int i, int jj) { return jj <= i; });  // QWl = lower(Q W^T), lower(Q K^T)
       mm_nosync<NW, C, C, kNone | X | RA | RB, kAK>(s1, LC, s0, LC, sKc, LC, -1.f, true);  // S -= QWl Kcorr (Eq. 12)
@@ -594,7 +584,7 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       mm<NW, C, C, kNone | X | RA | RB, kAKBK>(s3, LC, s2, LC, sKc, LC, -1.f, true);  // dQWl -= dS Kcorr^T
       mask<kR>(s3, [](int i, int jj) { return jj <= i; });
       mm_nosync<NW, D, C, kB | X | RA, kANBN>(dk, D, s2, LC, Q, LD, 1.f, true);   // dk += dS^T Q
-      mm<NW, D, C, kNone | X | RA | WB, kAK>(dq, ldq, s3, LC, W, LD, 1.f, true);  // QWl: dq += dQWl W (Eq. 28)
+      mm<NW, D, C, kNone | X | RA, kAK>(dq, ldq, s3, LC, W, LD, 1.f, true);  // QWl: dq += dQWl W (Eq. 28)
       mm<NW, D, C, kB | X | RA, kANBN>(dW, D, s3, LC, Q, LD, 1.f, true);  //      dW += dQWl^T Q
       stage_together<D>(write_step<D>(static_cast<T*>(p.dq) + ci.b * p.sdq.b + (int64_t)ci.t0 * p.sdq.t + hq * p.sdq.h, p.sdq.t,
                                       static_cast<const float*>(dq), ldq, n));
@@ -615,7 +605,7 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
         dUs = U;
         ldkc = ldu = LD;
       }
-      mm<NW, C, D, kB | X | WA, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);  // M = W K^T
+      mm<NW, C, D, kB | X, kAKBK>(s1, LC, W, LD, K, LD, 1.f, false);  // M = W K^T
       for (int e = tid; e < C * C; e += kThreads) {       // Y = b strict_lower(M) again (not kept: shared memory)
         const int i = e / C, j = e % C;
         s3[i * LC + j] = j < i ? round_if<kR>(sBeta[i] * s1[i * LC + j]) : 0.f;
@@ -625,14 +615,14 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
     mm<NW, C, C, kNone | X | RA | SB, kANBN>(s2, LC, sT, LC, dKcs, ldkc, 1.f, false);  // dY = T^T dKcorr
     strict_lower_beta_backward<kR>(s2, s1, sBeta, sDbeta);  // Y = b strict_lower(M): dbeta, then dM = b dY
     mm_nosync<NW, D, C, kB | X | RA, kAK>(dW, D, s2, LC, K, LD, 1.f, true);       // dW += dM K
-    mm<NW, D, C, kNone | X | RA | WB, kANBN>(dk, D, s2, LC, W, LD, 1.f, true);  // dk += dM^T W
+    mm<NW, D, C, kNone | X | RA, kANBN>(dk, D, s2, LC, W, LD, 1.f, true);  // dk += dM^T W
     mm_nosync<NW, C, D, kNone | X | RB | RC | SA, kAKBK>(s0, LC, dUs, ldu, bW, LD, 1.f, true);    // dT += dU (b W)^T
     mm<NW, D, C, kNone | X | RA | SB, kANBN>(dbW, D, sT, LC, dUs, ldu, 1.f, false);  // d(bW) = T^T dU
-    add_row_dots<D>(sDbeta, dbW, D, w_f32);
+    add_row_dots<D>(sDbeta, dbW, D, W, LD);
     for (int e = tid; e < C * D; e += kThreads) dW[e] += sBeta[e / D] * dbW[e];
     __syncthreads();
     mm_nosync<NW, C, C, kNone | X | RA | RB | RC, kANBN>(s2, LC, sT, LC, s0, LC, 1.f, false);  // T^T dT
-    mm<NW, C, D, kNone | X | WA | WB, kAKBK>(s1, LC, W, LD, W, LD, 1.f, false);    // W W^T
+    mm<NW, C, D, kNone | X, kAKBK>(s1, LC, W, LD, W, LD, 1.f, false);    // W W^T
     mm<NW, C, C, kNone | X | RA | RB, kAKBK>(s3, LC, s2, LC, sT, LC, -1.f, false);  // dA = -T^T dT T^T (Eq. 30)
     strict_lower_beta_backward<false>(s3, s1, sBeta, sDbeta);  // A = b strict_lower(W W^T): dbeta, then dN = b dA
     for (int e = tid; e < C * C; e += kThreads) {  // dN + dN^T
@@ -640,7 +630,7 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       s2[i * LC + j] = round_if<kR>(s3[i * LC + j] + s3[j * LC + i]);
     }
     __syncthreads();
-    mm<NW, D, C, kNone | X | RA | WB, kAK>(dW, D, s2, LC, W, LD, 1.f, true);  // dW += (dN + dN^T) W
+    mm<NW, D, C, kNone | X | RA, kAK>(dW, D, s2, LC, W, LD, 1.f, true);  // dW += (dN + dN^T) W
     }
 
     // ---- Final writes (rows of the chunk).
