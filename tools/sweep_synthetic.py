@@ -436,7 +436,7 @@ def not_needed(cells, rows):
 # ---- summary ----
 
 SUMMARY_FIELDS = ["cell", "task", "size_name", "size", "mechanism", "layers", "seed", "width", "heads", "batch",
-                  "steps", "steps_done", "finished", "stop_reason", "train_seconds", "device", "precision",
+                  "steps", "steps_done", "finished", "stop_reason", "train_seconds", "sharing", "device", "precision",
                   "parameters", "tokens_seen", "eval_size", "accuracy", "seq_accuracy", "solved",
                   "in_dist_error", "in_dist_seq_error", "sparse_error", "sparse_seq_error", "dense_error",
                   "dense_seq_error", "folder"]
@@ -449,6 +449,8 @@ def summary_rows(cells, dirs):
         r = dict(cell=c.id, task=c.task, size_name=SIZE_NAME[c.task], size=c.size, mechanism=c.mechanism,
                  layers=c.layers, seed=c.seed, width=c.opts["width"], heads=c.opts["heads"], batch=c.opts["batch"],
                  steps=c.opts["steps"], steps_done=0, finished=0, stop_reason="", folder=folder or "")
+        if folder:  # how many cells shared its device when it last ran (cell.json; not in older records)
+            r["sharing"] = (read_json(os.path.join(folder, "cell.json")) or {}).get("sharing", "")
         if m:
             err, seq = m.get("error", {}), m.get("sequence_error", {})
             r.update(steps_done=m.get("steps_done", 0), finished=int(bool(m.get("finished"))),
@@ -730,29 +732,37 @@ def copy_results(cell, folder, results):
             shutil.copyfile(src, os.path.join(dest, name))
 
 
-def seconds_per_step(rows, task, layers):
+def seconds_per_step(rows, task, layers, sharing=0):
     """The median train_seconds / steps_done of the finished cells of a task and depth (any length: the small
-    models' steps are launch-bound, so a step costs about the same at every length), or None when none has run."""
-    rates = sorted(float(r["train_seconds"]) / int(r["steps_done"]) for r in rows
+    models' steps are launch-bound, so a step costs about the same at every length), or None when none has run.
+    With sharing (the cells that will share a device now) each cell's rate is scaled by sharing / the sharing it
+    ran with (cell.json, recorded since the thirty-sixth session; a cell without it is taken as is): under MPS the
+    GPU is saturated by 4 or more of these cells, so a cell's rate is about inverse to their number (a four-layer
+    A5 cell: ~14 steps/s with 12 sharing an H100, 20-29 with 6, 32-48 with 4)."""
+    def rate(r):
+        then = int(r.get("sharing") or 0)
+        scale = sharing / then if sharing > 0 and then > 0 else 1.0
+        return float(r["train_seconds"]) / int(r["steps_done"]) * scale
+    rates = sorted(rate(r) for r in rows
                    if r["task"] == task and int(r["layers"]) == layers and str(r["finished"]) == "1"
                    and r.get("train_seconds") not in (None, "") and int(r.get("steps_done") or 0) > 0)
     return rates[len(rates) // 2] if rates else None
 
 
-def fits_before_the_end(cell, rows, seconds_left):
-    """--drain: whether the cell's remaining steps at its depth's measured rate (seconds_per_step) fit in
-    seconds_left. A cell stopped by a call's end restarts from step 0 when the machine is released with its checkpoint,
-    so in the session's last call a cell that cannot finish is GPU time taken from the cells that can (the GPU is
-    shared, and at 12 cells under MPS it is saturated: 12 three-layer cells take ~420 s, 4-6 take 150-210 s). The rate
-    is the full schedule's (a cell that meets its stopping criterion ends sooner): a cell refused here might have
-    finished, one started here will very likely finish. A depth with no finished cell yet takes the rate of the
-    deepest shallower depth that has one, scaled by the ratio of depths (a step's launches grow with the layers; with
-    12 cells sharing an H100, 1 / 2 / 3 layers took ~140 / ~320 / ~420 s per 10000 steps, so the linear scale errs
-    toward not starting: the twenty-ninth session's last call started eleven four-layer cells with no rate for
-    their depth and all were cut off). With no rate at any depth, the cell starts."""
-    rate = seconds_per_step(rows, cell.task, cell.layers)
+def fits_before_the_end(cell, rows, seconds_left, sharing=0):
+    """--drain: whether the cell's remaining steps at its depth's measured rate (seconds_per_step, scaled to this
+    call's sharing) fit in seconds_left. A cell stopped by a call's end restarts from step 0 when the machine is
+    released with its checkpoint, so in the session's last call a cell that cannot finish is GPU time taken from the
+    cells that can (the GPU is shared, and at 12 cells under MPS it is saturated: 12 three-layer cells take ~420 s,
+    4-6 take 150-210 s). The rate is the full schedule's (a cell that meets its stopping criterion ends sooner): a
+    cell refused here might have finished, one started here will very likely finish. A depth with no finished cell
+    yet takes the rate of the deepest shallower depth that has one, scaled by the ratio of depths (a step's launches
+    grow with the layers; with 12 cells sharing an H100, 1 / 2 / 3 layers took ~140 / ~320 / ~420 s per 10000 steps,
+    so the linear scale errs toward not starting: the twenty-ninth session's last call started eleven four-layer
+    cells with no rate for their depth and all were cut off). With no rate at any depth, the cell starts."""
+    rate = seconds_per_step(rows, cell.task, cell.layers, sharing)
     if rate is None:
-        shallower = [(l, seconds_per_step(rows, cell.task, l)) for l in range(cell.layers - 1, 0, -1)]
+        shallower = [(l, seconds_per_step(rows, cell.task, l, sharing)) for l in range(cell.layers - 1, 0, -1)]
         l, r = next(((l, r) for l, r in shallower if r is not None), (None, None))
         rate = r * cell.layers / l if r is not None else None
     if rate is None:
@@ -775,6 +785,7 @@ def cmd_run(args):
         slots = gpus * args.jobs_per_gpu
     else:
         gpus, slots = 0, args.jobs
+    sharing = slots // gpus if gpus else slots  # cells that share one device (a GPU, or the CPU's cores)
     threads = args.threads or max(1, min(4 if args.device == "cuda" else 64, (os.cpu_count() or 1) // slots))
     todo, finished = [], 0
     for c in cells:
@@ -804,14 +815,14 @@ def cmd_run(args):
                 pruned += 1
                 print(f"[{now - t0:5.0f} s] {c.id}: skipped ({why})", flush=True)
                 continue
-            if args.drain and not fits_before_the_end(c, rows, deadline - now - args.margin):
+            if args.drain and not fits_before_the_end(c, rows, deadline - now - args.margin, sharing):
                 drained.append(c.id)
                 continue
             slot = free.pop(0)
             folder = os.path.join(args.runs, c.id)
             os.makedirs(folder, exist_ok=True)
             with open(os.path.join(folder, "cell.json"), "w") as f:
-                json.dump(c.record(), f, indent=1)
+                json.dump(dict(c.record(), sharing=sharing), f, indent=1)
             ckpt_every = c.opts["eval_every"] if args.ckpt_every < 0 else args.ckpt_every
             cmd = [train] + c.train_args() + ["--out", folder, "--resume", "--device", args.device,
                                               "--threads", str(threads), "--ckpt-every", str(ckpt_every)]

@@ -23,7 +23,9 @@
 #                                          on 2026-12-02 (docs/results/synthetic)
 #
 # SYN_DRAIN=1 (run): the session's last call starts only the cells that can finish within SYN_BUDGET at their depth's
-# measured rate (sweep_synthetic.py --drain); the others wait for the next session instead of being cut off.
+# measured rate, scaled to SYN_JOBS_PER_GPU from the sharing each finished cell ran with (sweep_synthetic.py --drain;
+# cells finished before 2026-12-07's thirty-sixth session record no sharing and count as measured); the others wait
+# for the next session instead of being cut off.
 #
 # SYN_END=<epoch seconds> (run): the device call's end; the budget is cut to end 30 s before it (the sweep then stops
 # its cells and writes their checkpoints before the call is killed). Set it first in the call's command:

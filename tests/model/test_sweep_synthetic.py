@@ -488,7 +488,8 @@ def test_plot_metrics_positions_count_prefix_lengths_with_and_without_bos(tmp_pa
 def test_drain_starts_only_cells_that_finish_in_the_budget():
     """--drain (fits_before_the_end): a cell's remaining steps times its depth's median seconds per step (finished
     cells of any length) against the seconds left; a stopped cell counts only its remaining steps; a depth with no
-    finished cell yet takes the deepest shallower depth's rate times the ratio of depths; with none at all, it starts."""
+    finished cell yet takes the deepest shallower depth's rate times the ratio of depths; with none at all, it starts;
+    each rate scaled to this call's sharing of the device from the sharing its cell ran with."""
     def grid(*sets):
         return argparse.Namespace(grid="paper", tasks="a5", only="", set=list(sets))
 
@@ -508,6 +509,17 @@ def test_drain_starts_only_cells_that_finish_in_the_budget():
     assert sweep.fits_before_the_end(a5["a5-len15-l4-path-s1"], rows, 570)
     assert not sweep.fits_before_the_end(a5["a5-len15-l4-path-s1"], rows, 550)
     assert sweep.fits_before_the_end(a5["a5-len15-l4-path-s1"], [], 1)  # no rate at any depth: it starts
+    # Rates scaled by the sharing now over the sharing each cell ran with (cell.json); a row without it as is.
+    assert sweep.seconds_per_step(rows, "a5", 3, sharing=4) == 420.0 / steps  # no row records its sharing
+    shared = [dict(r, sharing="12") for r in rows]
+    assert sweep.seconds_per_step(shared, "a5", 3, sharing=4) == 420.0 / steps * 4 / 12
+    assert sweep.seconds_per_step(shared, "a5", 3) == 420.0 / steps  # no sharing given: unscaled
+    assert sweep.fits_before_the_end(a5["a5-len15-l3-rope-s1"], shared, 145, sharing=4)  # 420 x 4 / 12 = 140 s
+    assert not sweep.fits_before_the_end(a5["a5-len15-l3-rope-s1"], shared, 135, sharing=4)
+    assert not sweep.fits_before_the_end(a5["a5-len15-l3-rope-s1"], shared, 400, sharing=12)
+    # The depth-4 fallback scales too: 140 x 4 / 3 = 187 s.
+    assert sweep.fits_before_the_end(a5["a5-len15-l4-path-s1"], shared, 190, sharing=4)
+    assert not sweep.fits_before_the_end(a5["a5-len15-l4-path-s1"], shared, 180, sharing=4)
 
 
 def test_a5_later_seeds_run_only_where_the_first_three_split():
