@@ -83,6 +83,30 @@ enum Exact { kNone = 0, kA = 1, kB = 2, kAB = 3, kTf32 = 4, kRoundC = 8 };
 // B[k ldb + j]). A product reads an operand whose k is contiguous with float2 loads along k.
 enum Layout { kAKBK = 3, kAK = 1, kBK = 2, kANBN = 0 };
 
+// A warp's m16n8 accumulators into Cm (+)= alpha acc, f32, rounded to TF32 where kRound (Exact's kRoundC): the
+// lane's elements are rows r and r + 8, columns c, c + 1 of each of NT n tiles of 8 (r = the warp's first row + g,
+// c = its first column + 2t). The C fragment is the same for the TF32 (m16n8k8) and 16-bit (m16n8k16) products.
+template <bool kRound, int NT>
+__device__ __forceinline__ void store_acc(float* Cm, int ldc, int r, int c, const float (&acc)[NT][4], float alpha,
+                                          bool accumulate) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float* row = Cm + (r + 8 * half) * ldc + c;
+    float2 cin[NT];
+    if (accumulate) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) cin[nt] = *reinterpret_cast<const float2*>(row + nt * 8);
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const float2 v = make_float2(alpha * acc[nt][2 * half], alpha * acc[nt][2 * half + 1]);
+      float2 o = accumulate ? make_float2(cin[nt].x + v.x, cin[nt].y + v.y) : v;
+      if constexpr (kRound) o = make_float2(tf32(o.x), tf32(o.y));
+      *reinterpret_cast<float2*>(row + nt * 8) = o;
+    }
+  }
+}
+
 // Cm[64 x N] (+)= alpha * A B, k < K, A and B as Layout says (generic pointers: shared or global; f32 or 16-bit
 // elements, converted to f32 as they are loaded), by the CTA's kWarps warps (8 or 16). On the tensor
 // cores in 3xTF32 (~f32 accuracy, docs/spec.md §6): warp w owns rows 16 (w % 4).. and column group w / 4 of
@@ -164,22 +188,7 @@ __device__ __forceinline__ void mm_nosync(float* Cm, int ldc, const TA* A, int l
       }
     }
   }
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    float* Cr = Cm + (r0 + g + 8 * half) * ldc + c0 + 2 * t;
-    float2 cin[NT];
-    if (accumulate) {
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) cin[nt] = *reinterpret_cast<const float2*>(Cr + nt * 8);
-    }
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const float2 v = make_float2(alpha * acc[nt][2 * half], alpha * acc[nt][2 * half + 1]);
-      float2 o = accumulate ? make_float2(cin[nt].x + v.x, cin[nt].y + v.y) : v;
-      if constexpr (kRc) o = make_float2(tf32(o.x), tf32(o.y));
-      *reinterpret_cast<float2*>(Cr + nt * 8) = o;
-    }
-  }
+  store_acc<kRc>(Cm, ldc, r0 + g, c0 + 2 * t, acc, alpha, accumulate);
 }
 
 template <int kWarps, int N, int K, int kExact, int kLayout, typename TA, typename TB>
@@ -187,6 +196,53 @@ __device__ __forceinline__ void mm(float* Cm, int ldc, const TA* A, int lda, con
                                    bool accumulate) {
   mm_nosync<kWarps, N, K, kExact, kLayout>(Cm, ldc, A, lda, Bm, ldb, alpha, accumulate);
   __syncthreads();
+}
+
+// Cm[64 x N] (+)= alpha A B^T for A [64 x K] and B [N x K] both in the inputs' 16-bit type (bf16 or f16) with k
+// contiguous, by the CTA's kWarps warps (the warp tiling of mm_nosync): Q K^T and dO V^T, the two products whose
+// operands are both staged inputs. Products of 16-bit values are exact in f32, so one m16n8k16 in the inputs' type
+// (common.cuh mma16816) does the work of two TF32 (or 3xTF32 with exact operands) k-steps: half the mma, and each
+// fragment register is one 32-bit load of a 16-bit pair, used as loaded (no unpacking to f32, no conversion). v23,
+// docs/perf/notes.md. Bank-conflict-free at D = 64's row stride (LD = 72 elements: 36 words; g's rows 4 words apart).
+template <int kWarps, int N, int K, typename T>
+__device__ __forceinline__ void mm16_nosync(float* Cm, int ldc, const T* A, int lda, const T* Bm, int ldb, float alpha,
+                                            bool accumulate) {
+  static_assert(sizeof(T) == 2, "16-bit operands");
+  constexpr int kGroups = kWarps / 4;
+  static_assert(kWarps % 4 == 0 && N % (8 * kGroups) == 0, "4 row blocks x column groups of whole n tiles");
+  constexpr int NT = N / (8 * kGroups);
+  constexpr int KB = 2;  // k16-steps per load batch: 32 k's, as mm_nosync's batches of 4 (or 2 x NT >= 8) k8-steps
+  static_assert(K % (16 * KB) == 0, "K must be a multiple of the load batch");
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int r0 = 16 * (warp % 4), c0 = (warp / 4) * (N / kGroups);
+  auto pair = [](const T* x) { return *reinterpret_cast<const uint32_t*>(x); };
+  float acc[NT][4];
+  zero_acc(acc);
+#pragma unroll 1
+  for (int k0 = 0; k0 < K; k0 += 16 * KB) {
+    uint32_t a[KB][4], b[KB][NT][2];
+#pragma unroll
+    for (int kb = 0; kb < KB; ++kb) {
+      const int k = k0 + 16 * kb + 2 * t;
+      const T* a_lo = A + (r0 + g) * lda + k;  // rows g and g + 8; k and k + 8 (the A fragment of common.cuh)
+      a[kb][0] = pair(a_lo);
+      a[kb][1] = pair(a_lo + 8 * lda);
+      a[kb][2] = pair(a_lo + 8);
+      a[kb][3] = pair(a_lo + 8 * lda + 8);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const T* b_col = Bm + (c0 + nt * 8 + g) * ldb + k;
+        b[kb][nt][0] = pair(b_col);
+        b[kb][nt][1] = pair(b_col + 8);
+      }
+    }
+#pragma unroll
+    for (int kb = 0; kb < KB; ++kb) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) mma16816<T>(acc[nt], a[kb], b[kb][nt][0], b[kb][nt][1]);
+    }
+  }
+  store_acc<false>(Cm, ldc, r0 + g, c0 + 2 * t, acc, alpha, accumulate);
 }
 
 // x rounded to TF32 where kRound (a tile read only by TF32 products from here on: Exact's kRoundC), else x.
@@ -547,10 +603,12 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       }
       __syncthreads();
       mm_nosync<NW, C, D, kA | X, kAKBK>(s0, LC, Q, LD, W, LD, 1.f, false);    // Q W^T
-      mm<NW, C, D, kAB | X, kAKBK>(s1, LC, Q, LD, K, LD, 1.f, false);  // Q K^T
+      mm16_nosync<NW, C, D>(s1, LC, Q, LD, K, LD, 1.f, false);  // Q K^T (16-bit operands: mm16_nosync)
+      __syncthreads();
       mask2<kR>(s0, s1, [](int i, int jj) { return jj <= i; });  // QWl = lower(Q W^T), lower(Q K^T)
       mm_nosync<NW, C, C, kNone | X | RA | RB, kAK>(s1, LC, s0, LC, sKc, LC, -1.f, true);  // S -= QWl Kcorr (Eq. 12)
-      mm<NW, C, D, kAB | X, kAKBK>(s2, LC, dO, LD, V, LD, 1.f, false);    // dO V^T
+      mm16_nosync<NW, C, D>(s2, LC, dO, LD, V, LD, 1.f, false);    // dO V^T
+      __syncthreads();
       // P = exp(l - lse) and dl = P (dO V^T - delta) on the causal part (Eq. 19-20); in base 2.
       for (int e = tid; e < C * C; e += kThreads) {
         const int i = e / C, jj = e % C;
