@@ -5,7 +5,8 @@
 //
 // Everything is f32 (docs/spec.md §6: beta, w, the solve and the factors stay f32), the products on the tensor cores
 // (mm below) in plain TF32 for bf16 inputs and 3xTF32 (~f32) for f16 (kOneTf32; why, launch/bwd_impl.cuh
-// local_tf32), C x C matrices in shared memory. The C x D operands (W, b W, U, K, V and per query head Q, dO,
+// local_tf32), but for the two whose operands are both 16-bit inputs (Q K^T, dO V^T: mm16_nosync, exact products
+// either way), C x C matrices in shared memory. The C x D operands (W, b W, U, K, V and per query head Q, dO,
 // dQ^; K, V, Q, dO kept in the inputs' 16-bit type, which is exact) are in shared memory too at D = 64 (LocalTiles:
 // one CTA of 512 threads per SM, 218 KB), in the CTA's scratch slot in global memory at D = 128 (two CTAs of 256);
 // the accumulators dU, d(bW), dW, dKcorr stay in the scratch slot, dK^, dV, dP in the workspace, which this kernel
@@ -202,8 +203,11 @@ __device__ __forceinline__ void mm(float* Cm, int ldc, const TA* A, int lda, con
 // contiguous, by the CTA's kWarps warps (the warp tiling of mm_nosync): Q K^T and dO V^T, the two products whose
 // operands are both staged inputs. Products of 16-bit values are exact in f32, so one m16n8k16 in the inputs' type
 // (common.cuh mma16816) does the work of two TF32 (or 3xTF32 with exact operands) k-steps: half the mma, and each
-// fragment register is one 32-bit load of a 16-bit pair, used as loaded (no unpacking to f32, no conversion). v23,
-// docs/perf/notes.md. Bank-conflict-free at D = 64's row stride (LD = 72 elements: 36 words; g's rows 4 words apart).
+// fragment register is one 32-bit load of a 16-bit pair, used as loaded (no unpacking to f32, no conversion).
+// Bank-conflict-free at D = 64's row stride (LD = 72 elements: 36 words; g's rows 4 words apart). v23
+// (docs/perf/notes.md): bwd_local -2 to -3% at D = 64 (32 x 4096: 33.05 -> 32.09 ms, H100); the sums' rounding in
+// the tensor core differs from two TF32 k-steps', so 35 of 71 cases' errors moved in their fourth digit (reference
+// docs/perf/errors_bwd_3daaef3.txt).
 template <int kWarps, int N, int K, typename T>
 __device__ __forceinline__ void mm16_nosync(float* Cm, int ldc, const T* A, int lda, const T* Bm, int ldb, float alpha,
                                             bool accumulate) {
