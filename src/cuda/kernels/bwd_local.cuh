@@ -79,7 +79,7 @@ __device__ __forceinline__ Y from_f(float x) {
 // later reader is a TF32 product: those readers then take it as exact (kA / kB) and skip their own rounding of each
 // fragment element, with the same bits (rounding once where the tile is written, or where every product reads it,
 // gives the same operand; the mma ignores the low bits of an already rounded one).
-enum Exact { kNone = 0, kA = 1, kB = 2, kAB = 3, kTf32 = 4, kRoundC = 8 };
+enum Exact { kNone = 0, kA = 1, kB = 2, kTf32 = 4, kRoundC = 8 };
 // How each operand is stored: kAK, A(i, k) = A[i lda + k] (else A[k lda + i]); kBK, B(k, j) = B[j ldb + k] (else
 // B[k ldb + j]). A product reads an operand whose k is contiguous with float2 loads along k.
 enum Layout { kAKBK = 3, kAK = 1, kBK = 2, kANBN = 0 };
