@@ -20,8 +20,10 @@
 #                                             cases and the case table (not Long), each case's errors against the
 #                                             recorded commit's (docs/perf/errors_bwd_*.txt), per chunk and with blocks
 #                                             of 2; then the A/B, bench_fwd --bwd with stage times (CHECK_BENCH_ARGS,
-#                                             default --only 64 --iters 5), the packed bases and this build alternating,
-#                                             CHECK_ROUNDS (2) rounds; logs to $OUT
+#                                             default --only 64 --iters 5), the packed bases and this build alternating
+#                                             (and this build under each of CHECK_ENVS, e.g. "PATHATTN_BWD_PREFETCH=1"),
+#                                             CHECK_ROUNDS (2) rounds; logs to $OUT. CHECK_TEST_ENV: the sanitizers and the
+#                                             case table run under it too (e.g. the switch the A/B is about)
 #
 # The binaries are built with -march=native (pathattn_core's CPU path, test_cuda_backward's reference): the GPU
 # machine's CPU must have this machine's instruction set (both AVX-512 so far); a SIGILL (rc 132) says it does not.
@@ -77,8 +79,8 @@ case "$CMD" in
     # Memcheck and racecheck on small cases (both D; gpu_check.sh's SMALL_BWD64 and its D = 128 case) and the case
     # table (not Long), each case's errors against the recorded commit's: the same digits when the change keeps the
     # bits. Per chunk and with blocks of 2 (the two-level sums).
-    for v in "" PATHATTN_BWD_BLOCK=2; do
-      tag=default${v:+_block2}
+    for v in "${CHECK_TEST_ENV:-}" "PATHATTN_BWD_BLOCK=2${CHECK_TEST_ENV:+ $CHECK_TEST_ENV}"; do
+      case "$v" in *BLOCK=2*) tag=default_block2 ;; *) tag=default ;; esac
       for tool in memcheck racecheck; do
         env $v timeout 100 compute-sanitizer --tool $tool --error-exitcode 3 ./test_cuda_backward \
           --gtest_filter='*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T200_H2_HQ2_D64*:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16' \
@@ -91,14 +93,18 @@ case "$CMD" in
         say "($tag) $(python3 "$ROOT/tools/same_errors.py" "$OUT/errors_bwd_$tag.log" "$ref")"
       done
     done
-    # The A/B: the packed bases (pack with PRE_BASE) and this build, alternating (compare timings only within a run).
+    # The A/B: the packed bases (pack with PRE_BASE) and this build, alternating (compare timings only within a run);
+    # CHECK_ENVS="A=1 A=0 ...": this build once under each setting too (an opt-in switch A/B'd in one binary).
     bins=(./bench_fwd_* ./bench_fwd); [ -e "${bins[0]}" ] || bins=(./bench_fwd)
-    say "A/B: ${bins[*]} (./bench_fwd is $(cat head.txt 2>/dev/null || echo 'this build'))"
+    runs=(); for b in "${bins[@]}"; do runs+=("$b|"); done
+    [ -n "${CHECK_ENVS:-}" ] && for e in $CHECK_ENVS; do runs+=("./bench_fwd|$e"); done
+    say "A/B: ${runs[*]} (./bench_fwd is $(cat head.txt 2>/dev/null || echo 'this build'))"
     for round in $(seq "${CHECK_ROUNDS:-2}"); do
-      for b in "${bins[@]}"; do
-        log="$OUT/bench_$(basename "$b")_$round.log"
-        PATHATTN_CUDA_PROFILE=1 timeout 150 "$b" --bwd ${CHECK_BENCH_ARGS:---only 64 --iters 5} > "$log" 2>&1
-        say "round $round, $b --bwd ${CHECK_BENCH_ARGS:---only 64 --iters 5}: rc=$?"
+      for run in "${runs[@]}"; do
+        b=${run%%|*} e=${run#*|}
+        log="$OUT/bench_$(basename "$b")${e:+_${e//[^A-Za-z0-9]/_}}_$round.log"
+        env $e PATHATTN_CUDA_PROFILE=1 timeout 150 "$b" --bwd ${CHECK_BENCH_ARGS:---only 64 --iters 5} > "$log" 2>&1
+        say "round $round, ${e:+$e }$b --bwd ${CHECK_BENCH_ARGS:---only 64 --iters 5}: rc=$?"
         grep -E '^ +[0-9]' "$log" | tee -a "$OUT/summary.txt"
         python3 "$ROOT/tools/bench_stages.py" "$log" | tee -a "$OUT/summary.txt"
       done

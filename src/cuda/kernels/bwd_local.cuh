@@ -422,6 +422,34 @@ __device__ __forceinline__ void row_sums(const float* X, float* rows) {
   __syncthreads();
 }
 
+// The line holding *x brought into L2: a hint (no value, no fault), so that a later read waits on L2, not DRAM.
+__device__ __forceinline__ void prefetch_l2(const void* x) { asm volatile("prefetch.global.L2 [%0];" ::"l"(x)); }
+// [bytes] from x into L2, lines i0, i0 + step, ...
+__device__ __forceinline__ void prefetch_span_l2(const void* x, int bytes, int i0, int step) {
+  for (int i = i0; i * 128 < bytes; i += step) prefetch_l2(static_cast<const char*>(x) + i * 128);
+}
+
+// v24 (opt-in: PATHATTN_BWD_PREFETCH=1, params.h local_prefetch; unrun when written): the main kernel's tiles that
+// task `next` (this CTA's next task) reads first, prefetched into L2 at the start of this one, so that their first
+// touches wait on L2 rather than DRAM (each is one memory latency with every warp at the barrier after it;
+// docs/perf/notes.md v24): its dP, dK^ and dV tiles and per query head dQ^, lse2 and delta, all contiguous, so
+// their addresses need no chunk table. (Its rows of w, k, v, q and dO too raised the D = 64 TF32 instance's spills
+// from 104 / 140 to 188 / 304 bytes, wherever placed: left out.)
+template <int D>
+__device__ __forceinline__ void prefetch_task_l2(const BwdParams& p, int next) {
+  constexpr int kThreads = LocalTiles<D>::kThreads, kTile = C * D * 4;  // bytes of an f32 [C, D] tile
+  const int gc = next / p.H, h = next % p.H, tid = threadIdx.x;
+  prefetch_span_l2(p.dpacc + (int64_t)next * D * D, D * D * 4, tid, kThreads);
+  prefetch_span_l2(p.dkacc + (int64_t)next * C * D, kTile, tid, kThreads);
+  prefetch_span_l2(p.dvacc + (int64_t)next * C * D, kTile, tid, kThreads);
+  for (int j = 0; j < p.group; ++j) {
+    const int64_t qrow = (int64_t)gc * p.HQ + h * p.group + j;
+    prefetch_span_l2(p.dqacc + qrow * C * D, kTile, tid, kThreads);
+    prefetch_span_l2(p.lse2 + qrow * C, C * 4, tid, kThreads);
+    prefetch_span_l2(p.delta + qrow * C, C * 4, tid, kThreads);
+  }
+}
+
 }  // namespace local_detail
 
 template <int D>
@@ -515,6 +543,8 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
     const ChunkInfo ci = p.chunks[gc];
     const int n = ci.len;
     const int64_t fac = (int64_t)gc * p.H + h;
+    // v24 (opt-in): the next task's first reads of the main kernel's tiles into L2.
+    if (p.local_prefetch && task + (int)gridDim.x < p.num_chunks * p.H) prefetch_task_l2<D>(p, task + gridDim.x);
     __syncthreads();  // the previous task is done with every tile
 
     // ---- Stage the chunk's rows (f32, zero past n) and recompute its factors (Eq. 10, 12).
