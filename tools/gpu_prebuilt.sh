@@ -11,7 +11,8 @@
 #                                             third_party_fetched/pre/pre.tar.xz (~20 MB; a call carries at most 64 MiB).
 #                                             PRE_BASE="REV...": also bench_fwd built from each REV's sources
 #                                             (tools/ab_snapshot.sh, in build-ab-<rev>), packed as bench_fwd_<rev>, for
-#                                             check's A/B
+#                                             check's A/B; PRE_KEEP_BASE=1: the replaced archive's bench_fwd (and its
+#                                             bases) packed again as bench_fwd_<its commit>, without a rebuild
 #   tools/gpu_prebuilt.sh run CMD...          on the GPU machine (carry third_party_fetched/pre): unpacks to /tmp/pre
 #                                             and runs CMD there with the libraries on LD_LIBRARY_PATH, e.g.
 #                                             tools/gpu_prebuilt.sh run ./bench_fwd --bwd --shape 32,4096,32,64
@@ -49,6 +50,15 @@ case "$CMD" in
         { tail -20 /tmp/gpu_prebuilt_base.log; exit 1; }
       cp "build-ab-$base/bench/cuda/bench_fwd" "$stage/bench_fwd_$base" && strip "$stage/bench_fwd_$base"
     done
+    # PRE_KEEP_BASE=1: the archive being replaced keeps serving as a base: its bench_fwd becomes bench_fwd_<its
+    # head.txt> here (no rebuild of the last measured build when the next change is A/B'd against it).
+    if [ "${PRE_KEEP_BASE:-0}" = 1 ] && [ -f "$ARCHIVE" ]; then
+      old=$(tar -xJOf "$ARCHIVE" ./head.txt | head -c 7)
+      tar -xJOf "$ARCHIVE" ./bench_fwd > "$stage/bench_fwd_$old" && chmod +x "$stage/bench_fwd_$old" || exit 1
+      tar -tJf "$ARCHIVE" | grep -E '^\./bench_fwd_' | while read -r f; do  # and its own bases
+        [ -e "$stage/$f" ] || { tar -xJOf "$ARCHIVE" "$f" > "$stage/$f" && chmod +x "$stage/$f"; }
+      done
+    fi
     git rev-parse --short=7 HEAD > "$stage/head.txt"  # (the working tree's commit; uncommitted edits are not named)
     for t in "${targets[@]}"; do
       bin=$(find build -type f -name "$t" -perm -u+x | head -1)
