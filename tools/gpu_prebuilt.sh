@@ -22,7 +22,7 @@
 #                                             recorded commit's (docs/perf/errors_bwd_*.txt), per chunk and with blocks
 #                                             of 2; then the A/B, bench_fwd --bwd with stage times (CHECK_BENCH_ARGS,
 #                                             default --only 64 --iters 5), the packed bases and this build alternating
-#                                             (and this build under each of CHECK_ENVS, e.g. "PATHATTN_BWD_PREFETCH=1"),
+#                                             (this build under each of CHECK_ENVS instead, e.g. "X=0 X=1", if set),
 #                                             CHECK_ROUNDS (2) rounds; logs to $OUT. CHECK_TEST_ENV: the sanitizers and the
 #                                             case table run under it too (e.g. the switch the A/B is about)
 #
@@ -104,10 +104,11 @@ case "$CMD" in
       done
     done
     # The A/B: the packed bases (pack with PRE_BASE) and this build, alternating (compare timings only within a run);
-    # CHECK_ENVS="A=1 A=0 ...": this build once under each setting too (an opt-in switch A/B'd in one binary).
-    bins=(./bench_fwd_* ./bench_fwd); [ -e "${bins[0]}" ] || bins=(./bench_fwd)
+    # CHECK_ENVS="A=0 A=1 ...": this build under each setting instead of once as it comes (an opt-in switch A/B'd
+    # in one binary; name the default among them).
+    bins=(./bench_fwd_*); [ -e "${bins[0]}" ] || bins=()
     runs=(); for b in "${bins[@]}"; do runs+=("$b|"); done
-    [ -n "${CHECK_ENVS:-}" ] && for e in $CHECK_ENVS; do runs+=("./bench_fwd|$e"); done
+    if [ -n "${CHECK_ENVS:-}" ]; then for e in $CHECK_ENVS; do runs+=("./bench_fwd|$e"); done; else runs+=("./bench_fwd|"); fi
     say "A/B: ${runs[*]} (./bench_fwd is $(cat head.txt 2>/dev/null || echo 'this build'))"
     for round in $(seq "${CHECK_ROUNDS:-2}"); do
       for run in "${runs[@]}"; do
