@@ -22,7 +22,8 @@
 #                                             recorded commit's (docs/perf/errors_bwd_*.txt), per chunk and with blocks
 #                                             of 2; then the A/B, bench_fwd --bwd with stage times (CHECK_BENCH_ARGS,
 #                                             default --only 64 --iters 5), the packed bases and this build alternating
-#                                             (this build under each of CHECK_ENVS instead, e.g. "X=0 X=1", if set),
+#                                             (this build under each of CHECK_ENVS instead, e.g. "X=0 X=1 X=1,Y=1",
+#                                             a comma joining the variables of one setting, if set),
 #                                             CHECK_ROUNDS (2) rounds; logs to $OUT. CHECK_TEST_ENV: the sanitizers and the
 #                                             case table run under it too (e.g. the switch the A/B is about)
 #
@@ -114,7 +115,7 @@ case "$CMD" in
       for run in "${runs[@]}"; do
         b=${run%%|*} e=${run#*|}
         log="$OUT/bench_$(basename "$b")${e:+_${e//[^A-Za-z0-9]/_}}_$round.log"
-        env $e PATHATTN_CUDA_PROFILE=1 timeout 150 "$b" --bwd ${CHECK_BENCH_ARGS:---only 64 --iters 5} > "$log" 2>&1
+        env ${e//,/ } PATHATTN_CUDA_PROFILE=1 timeout 150 "$b" --bwd ${CHECK_BENCH_ARGS:---only 64 --iters 5} > "$log" 2>&1
         say "round $round, ${e:+$e }$b --bwd ${CHECK_BENCH_ARGS:---only 64 --iters 5}: rc=$?"
         grep -E '^ +[0-9]' "$log" | tee -a "$OUT/summary.txt"
         python3 "$ROOT/tools/bench_stages.py" "$log" | tee -a "$OUT/summary.txt"

@@ -229,6 +229,30 @@ TEST(CudaBackwardDeterminism, BitwiseRepeatable) {
   }
 }
 
+// dout's rows 4-byte but not 16-byte aligned (each row padded by 2 elements): bwd_local then stages q and dout through
+// registers instead of copying them by cp.async (params.h local_qdo_async; v26, PATHATTN_BWD_ASYNC=1, which the
+// ctest entry test_cuda_backward_async sets). Only the copy differs, so the gradients have the bits of the same call
+// with contiguous dout, and they meet the rule.
+TEST(CudaBackwardLayouts, DoutRowsNot16ByteAlignedSameBits) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
+  CudaCase c(GpuSpec{{.B = 2, .T = 200, .H = 2, .HQ = 4, .D = 64, .DV = 64, .gate = true, .seed = 35}, DType::bf16});
+  const Spec& s = c.gs.s;
+  DevTensor padded(c.og.dout, {s.B, s.T, s.HQ, s.DV}, c.gs.dt, false, /*pad=*/2);
+  ASSERT_EQ(padded.view.strides[2], s.DV + 2);
+  ASSERT_NO_THROW(c.forward());
+  DevGrads a(c.gs), b(c.gs);
+  ASSERT_NO_THROW(c.backward(a, true));
+  Inputs in = c.dev.in;
+  in.deterministic = true;
+  ASSERT_NO_THROW(pathattn::backward(in, c.o.view, c.lse.view, padded.view, b.views(), Backend::cuda));
+  TEST_CUDA(cudaDeviceSynchronize());
+  const auto la = a.list(), lb = b.list();
+  for (size_t i = 0; i < la.size(); ++i)
+    EXPECT_TRUE(std::get<1>(la[i])->buf.download<uint8_t>() == std::get<1>(lb[i])->buf.download<uint8_t>())
+        << std::get<0>(la[i]) << " differs with dout's rows padded to 66 elements";
+  check_gradients(b, f64_oracle(c.P, c.og, false), c.baseline());
+}
+
 // Inputs::cuda_workspace_limit: a limit below one call's scratch runs the call over groups of kv heads in turn
 // (common/head_slices.h). The heads are independent, so forward and (deterministic) backward give the same bits as
 // one call over all heads; a limit of 1 byte forces one kv head at a time. GQA 2:1, gate, B > 1.
