@@ -319,11 +319,6 @@ void backward_heads(const Problem& p, const Inputs& in, const TensorView& o, con
   prm.turn_fence_acq_rel = acq_rel;
   static const int held = static_cast<int>(env::integer("PATHATTN_BWD_HELD", 2, 2, 4));  // params.h
   prm.held_passes = held;
-  static const bool prefetch = env::integer("PATHATTN_BWD_PREFETCH", 0, 0, 1) == 1;  // params.h local_prefetch
-  prm.local_prefetch = prefetch;
-  static const bool local_async = env::integer("PATHATTN_BWD_ASYNC", 0, 0, 1) == 1;  // params.h local_async
-  prm.local_async = local_async;
-  prm.local_qdo_async = check_rows(in.q, "q", 8) && check_rows(dout, "dout", 8);  // 16-byte rows (params.h)
   prm.timing_skip = static_cast<int>(env::integer("PATHATTN_BWD_TIMING_SKIP", 0, 0, 2047));  // params.h's bits
   run_backward(prm, grid, p.dtype, D, p.has_gate, stream);
 }

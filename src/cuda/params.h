@@ -145,15 +145,6 @@ struct BwdParams : FwdParams {
   // Passes a warp of those kernels may hold before it fences (bwd_main_pair.cuh defer_pass): 2 (measured), up to
   // bwd_detail::kMaxHeld (4) by env PATHATTN_BWD_HELD (api.cu; unrun).
   int held_passes;
-  // bwd_local prefetches its next task's first reads into L2 (bwd_local.cuh prefetch_task_l2; env
-  // PATHATTN_BWD_PREFETCH=1, api.cu; v24, off until measured). The same values either way.
-  bool local_prefetch;
-  // bwd_local at D = 64 copies the next (task, query head)'s k, v, q, dout rows and dQ^ into shared memory by
-  // cp.async while the current one computes (bwd_local.cuh v26; env PATHATTN_BWD_ASYNC, api.cu: off until measured);
-  // local_qdo_async: q's and dout's rows are 16-byte aligned (api.cu; k's, v's and the workspace's always are), else
-  // they are staged as before, the rest still asynchronous.
-  bool local_async;
-  bool local_qdo_async;
   // Timing experiments only (wrong gradients; env PATHATTN_BWD_TIMING_SKIP, api.cu): bits that make the wgmma main
   // kernel leave a stage out, so that its cost is the time difference (docs/perf/notes.md). 1: the dQ^ atomics,
   // 2: the dP atomics, 4: phase 1's products, 8: the dQ^ product and its atomics; and the chunk-local kernel:

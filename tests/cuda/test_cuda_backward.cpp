@@ -229,10 +229,9 @@ TEST(CudaBackwardDeterminism, BitwiseRepeatable) {
   }
 }
 
-// dout's rows 4-byte but not 16-byte aligned (each row padded by 2 elements): bwd_local then stages q and dout through
-// registers instead of copying them by cp.async (params.h local_qdo_async; v26, PATHATTN_BWD_ASYNC=1, which the
-// ctest entry test_cuda_backward_async sets). Only the copy differs, so the gradients have the bits of the same call
-// with contiguous dout, and they meet the rule.
+// dout's rows 4-byte but not 16-byte aligned (each row padded by 2 elements: the API asks 4-byte rows of dout, not 16;
+// a kernel that copied its rows in 16-byte pieces, as v26 did, docs/perf/notes.md, must not take them so): the
+// gradients have the bits of the same call with contiguous dout, and they meet the rule.
 TEST(CudaBackwardLayouts, DoutRowsNot16ByteAlignedSameBits) {
   if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device";
   CudaCase c(GpuSpec{{.B = 2, .T = 200, .H = 2, .HQ = 4, .D = 64, .DV = 64, .gate = true, .seed = 35}, DType::bf16});

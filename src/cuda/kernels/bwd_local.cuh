@@ -79,11 +79,7 @@ __device__ __forceinline__ Y from_f(float x) {
 // later reader is a TF32 product: those readers then take it as exact (kA / kB) and skip their own rounding of each
 // fragment element, with the same bits (rounding once where the tile is written, or where every product reads it,
 // gives the same operand; the mma ignores the low bits of an already rounded one).
-// kEarlyC (a product that adds to a tile in global memory: the scratch slot or the workspace): the values added to are
-// loaded before the k loop, not after the mma, so that their L2 (or DRAM) latency overlaps the products instead of
-// following them with every warp at the barrier after (v25, docs/perf/notes.md); the same sums, so the same bits.
-// 2 NT more live floats a thread across the loop: used at D = 64 only (at D = 128 v12's form of it spilled).
-enum Exact { kNone = 0, kA = 1, kB = 2, kTf32 = 4, kRoundC = 8, kEarlyC = 16 };
+enum Exact { kNone = 0, kA = 1, kB = 2, kTf32 = 4, kRoundC = 8 };
 // How each operand is stored: kAK, A(i, k) = A[i lda + k] (else A[k lda + i]); kBK, B(k, j) = B[j ldb + k] (else
 // B[k ldb + j]). A product reads an operand whose k is contiguous with float2 loads along k.
 enum Layout { kAKBK = 3, kAK = 1, kBK = 2, kANBN = 0 };
@@ -91,40 +87,24 @@ enum Layout { kAKBK = 3, kAK = 1, kBK = 2, kANBN = 0 };
 // A warp's m16n8 accumulators into Cm (+)= alpha acc, f32, rounded to TF32 where kRound (Exact's kRoundC): the
 // lane's elements are rows r and r + 8, columns c, c + 1 of each of NT n tiles of 8 (r = the warp's first row + g,
 // c = its first column + 2t). The C fragment is the same for the TF32 (m16n8k8) and 16-bit (m16n8k16) products.
-// load_acc reads the values added to (cin[half][nt]: row r + 8 half, columns c + 8 nt, c + 8 nt + 1); store_sum
-// writes cin + alpha acc; store_acc does both, or writes alpha acc alone where !accumulate.
-template <int NT>
-__device__ __forceinline__ void load_acc(float2 (&cin)[2][NT], const float* Cm, int ldc, int r, int c) {
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) cin[half][nt] = *reinterpret_cast<const float2*>(Cm + (r + 8 * half) * ldc + c + nt * 8);
-  }
-}
-template <bool kRound, bool kAdd, int NT>
-__device__ __forceinline__ void store_sum(float* Cm, int ldc, int r, int c, const float (&acc)[NT][4], float alpha,
-                                          const float2 (&cin)[2][NT]) {
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    float* row = Cm + (r + 8 * half) * ldc + c;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const float2 v = make_float2(alpha * acc[nt][2 * half], alpha * acc[nt][2 * half + 1]);
-      float2 o = kAdd ? make_float2(cin[half][nt].x + v.x, cin[half][nt].y + v.y) : v;
-      if constexpr (kRound) o = make_float2(tf32(o.x), tf32(o.y));
-      *reinterpret_cast<float2*>(row + nt * 8) = o;
-    }
-  }
-}
 template <bool kRound, int NT>
 __device__ __forceinline__ void store_acc(float* Cm, int ldc, int r, int c, const float (&acc)[NT][4], float alpha,
                                           bool accumulate) {
-  float2 cin[2][NT];
-  if (accumulate) {
-    load_acc(cin, Cm, ldc, r, c);
-    store_sum<kRound, true>(Cm, ldc, r, c, acc, alpha, cin);
-  } else {
-    store_sum<kRound, false>(Cm, ldc, r, c, acc, alpha, cin);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float* row = Cm + (r + 8 * half) * ldc + c;
+    float2 cin[NT];
+    if (accumulate) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) cin[nt] = *reinterpret_cast<const float2*>(row + nt * 8);
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const float2 v = make_float2(alpha * acc[nt][2 * half], alpha * acc[nt][2 * half + 1]);
+      float2 o = accumulate ? make_float2(cin[nt].x + v.x, cin[nt].y + v.y) : v;
+      if constexpr (kRound) o = make_float2(tf32(o.x), tf32(o.y));
+      *reinterpret_cast<float2*>(row + nt * 8) = o;
+    }
   }
 }
 
@@ -154,12 +134,9 @@ __device__ __forceinline__ void mm_nosync(float* Cm, int ldc, const TA* A, int l
   constexpr bool kAx = k1x || kAe, kBx = k1x || kBe;                  // no low part
   constexpr bool kAk = (kLayout & kAK) != 0, kBk = (kLayout & kBK) != 0;
   constexpr bool kRc = k1x && (kExact & kRoundC) != 0;
-  constexpr bool kEc = (kExact & kEarlyC) != 0;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int r0 = 16 * (warp % 4), c0 = (warp / 4) * (N / kGroups);
   const int klo = (kAk || kBk) ? 2 * t : t, khi = (kAk || kBk) ? 2 * t + 1 : t + 4;  // k of slots t, t + 4
-  float2 cin[2][NT];  // kEarlyC: the values added to, loaded before the k loop
-  if constexpr (kEc) load_acc(cin, Cm, ldc, r0 + g, c0 + 2 * t);
   float acc[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
@@ -212,10 +189,7 @@ __device__ __forceinline__ void mm_nosync(float* Cm, int ldc, const TA* A, int l
       }
     }
   }
-  if constexpr (kEc)
-    store_sum<kRc, true>(Cm, ldc, r0 + g, c0 + 2 * t, acc, alpha, cin);  // (accumulate is implied)
-  else
-    store_acc<kRc>(Cm, ldc, r0 + g, c0 + 2 * t, acc, alpha, accumulate);
+  store_acc<kRc>(Cm, ldc, r0 + g, c0 + 2 * t, acc, alpha, accumulate);
 }
 
 template <int kWarps, int N, int K, int kExact, int kLayout, typename TA, typename TB>
@@ -448,55 +422,6 @@ __device__ __forceinline__ void row_sums(const float* X, float* rows) {
   __syncthreads();
 }
 
-// The line holding *x brought into L2: a hint (no value, no fault), so that a later read waits on L2, not DRAM.
-__device__ __forceinline__ void prefetch_l2(const void* x) { asm volatile("prefetch.global.L2 [%0];" ::"l"(x)); }
-// [bytes] from x into L2, lines i0, i0 + step, ...
-__device__ __forceinline__ void prefetch_span_l2(const void* x, int bytes, int i0, int step) {
-  for (int i = i0; i * 128 < bytes; i += step) prefetch_l2(static_cast<const char*>(x) + i * 128);
-}
-
-// v24 (opt-in: PATHATTN_BWD_PREFETCH=1, params.h local_prefetch; unrun when written): the main kernel's tiles that
-// task `next` (this CTA's next task) reads first, prefetched into L2 at the start of this one, so that their first
-// touches wait on L2 rather than DRAM (each is one memory latency with every warp at the barrier after it;
-// docs/perf/notes.md v24): its dP, dK^ and dV tiles and per query head dQ^, lse2 and delta, all contiguous, so
-// their addresses need no chunk table. (Its rows of w, k, v, q and dO too raised the D = 64 TF32 instance's spills
-// from 104 / 140 to 188 / 304 bytes, wherever placed: left out.)
-template <int D>
-__device__ __forceinline__ void prefetch_task_l2(const BwdParams& p, int next) {
-  constexpr int kThreads = LocalTiles<D>::kThreads, kTile = C * D * 4;  // bytes of an f32 [C, D] tile
-  const int gc = next / p.H, h = next % p.H, tid = threadIdx.x;
-  prefetch_span_l2(p.dpacc + (int64_t)next * D * D, D * D * 4, tid, kThreads);
-  prefetch_span_l2(p.dkacc + (int64_t)next * C * D, kTile, tid, kThreads);
-  prefetch_span_l2(p.dvacc + (int64_t)next * C * D, kTile, tid, kThreads);
-  for (int j = 0; j < p.group; ++j) {
-    const int64_t qrow = (int64_t)gc * p.HQ + h * p.group + j;
-    prefetch_span_l2(p.dqacc + qrow * C * D, kTile, tid, kThreads);
-    prefetch_span_l2(p.lse2 + qrow * C, C * 4, tid, kThreads);
-    prefetch_span_l2(p.delta + qrow * C, C * 4, tid, kThreads);
-  }
-}
-
-// v26: rows [0, n) of a [C, D] view (row stride rs elements, 16-byte aligned rows) into a tile [C][ldd] of the same
-// element type by 16-byte cp.async (no registers held, nothing waited for here; rows >= n are zero-filled), issued
-// by every thread of the CTA; the caller commits, and waits (cp_async_wait<0>, then a barrier) before reading.
-// The thread index is read through a volatile asm so that the compiler recomputes the addresses here rather than
-// hoisting them out of the task loop into registers held across every product (which raised the D = 64 TF32
-// instance's spills from 100 / 104 to 284 / 432 bytes).
-__device__ __forceinline__ int tid_opaque() {
-  int t;
-  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
-  return t;
-}
-template <int D, typename E>
-__device__ __forceinline__ void copy_rows_async(E* dst, int ldd, const E* src, int64_t rs, int n) {
-  constexpr int kPerRow = D * (int)sizeof(E) / 16, kEl = 16 / (int)sizeof(E);
-#pragma unroll
-  for (int e = tid_opaque(); e < C * kPerRow; e += LocalTiles<D>::kThreads) {
-    const int r = e / kPerRow, c = (e % kPerRow) * kEl;
-    cp_async16(dst + r * ldd + c, src + (r < n ? r * rs + c : 0), r < n ? 16 : 0);
-  }
-}
-
 }  // namespace local_detail
 
 template <int D>
@@ -532,9 +457,6 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
   // readers (b W, dbeta's row dots) then reading the input's f32 w from global memory, and was 1-2% slower.
   constexpr bool kS = kR && local_detail::LocalTiles<D>::kInSmem;
   constexpr int SA = kS ? local_detail::kA : 0, SB = kS ? local_detail::kB : 0;
-  // v25: at D = 64 the products that add to a tile in global memory (dW, dU, dKcorr, d(bW) in the scratch slot; dk,
-  // dV in the workspace) load the values added to before their k loop (Exact's kEarlyC), the same bits.
-  constexpr int GC = local_detail::LocalTiles<D>::kInSmem ? local_detail::kEarlyC : 0;
   static_assert(!std::is_same_v<T, float>, "the Exact flags below assume q, k, v, do in bf16 or f16");
   constexpr float kLog2e = 1.4426950408889634f;
   static_assert(C == 64, "ut_solve_tc solves 64 x 64 tiles");
@@ -588,39 +510,11 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
   float* dKc = tile(kDKc);  // [C][C]  d Kcorr
   const int tid = threadIdx.x;
 
-  // v26 (D = 64): the 16-bit K, V, Q, dO tiles and the f32 dQ^ tile of the next (task, query head) are copied into
-  // shared memory by cp.async as soon as the current one has last read each tile (Q, dO, V after the last head's
-  // products; K and dQ^ after the key side's last products that read them), so that the staging at the next task
-  // (and head) waits for nothing but W (and lse2, delta): each tile staged through registers was one memory
-  // latency with every warp waiting at the barrier after it, ~6 a task (docs/perf/notes.md v26). Q and dO only where
-  // their rows are 16-byte aligned (params.h local_qdo_async); K, V and the workspace always are (api.cu). Off
-  // (p.local_async false: env PATHATTN_BWD_ASYNC, api.cu) every tile is staged through registers as before.
-  const bool async = Tiles::kInSmem && p.local_async;
-  const int num_tasks = p.num_chunks * p.H;
-  const bool qdo_async = async && p.local_qdo_async;
-  // The copies of task tk's K and V (kv), and of its query head j's Q, dO (qdo) and dQ^ (dq), as asked.
-  auto issue = [&](int tk, int j, bool kv_k, bool kv_v, bool qdo, bool dq) {
-    const int gc = tk / p.H, hh = tk % p.H, hq = hh * p.group + j;
-    const ChunkInfo c = p.chunks[gc];
-    const int64_t t0 = c.t0;
-    if (kv_k) copy_rows_async<D>(sK, LD, static_cast<const T*>(p.k) + c.b * p.sk.b + t0 * p.sk.t + hh * p.sk.h, p.sk.t, c.len);
-    if (kv_v) copy_rows_async<D>(sV, LD, static_cast<const T*>(p.v) + c.b * p.sv.b + t0 * p.sv.t + hh * p.sv.h, p.sv.t, c.len);
-    if (qdo) {
-      copy_rows_async<D>(sQ, LD, static_cast<const T*>(p.q) + c.b * p.sq.b + t0 * p.sq.t + hq * p.sq.h, p.sq.t, c.len);
-      copy_rows_async<D>(sDO, LD, static_cast<const T*>(p.dout) + c.b * p.sdo.b + t0 * p.sdo.t + hq * p.sdo.h, p.sdo.t, c.len);
-    }
-    if (dq) copy_rows_async<D>(sDq, LD, static_cast<const float*>(p.dqacc) + ((int64_t)gc * p.HQ + hq) * C * D, (int64_t)D, c.len);
-    cp_async_commit();
-  };
-  if (async && (int)blockIdx.x < num_tasks) issue(blockIdx.x, 0, true, true, qdo_async, true);  // the first task's
-
-  for (int task = blockIdx.x; task < num_tasks; task += gridDim.x) {
+  for (int task = blockIdx.x; task < p.num_chunks * p.H; task += gridDim.x) {
     const int gc = task / p.H, h = task % p.H;
     const ChunkInfo ci = p.chunks[gc];
     const int n = ci.len;
     const int64_t fac = (int64_t)gc * p.H + h;
-    // v24 (opt-in): the next task's first reads of the main kernel's tiles into L2.
-    if (p.local_prefetch && task + (int)gridDim.x < num_tasks) prefetch_task_l2<D>(p, task + gridDim.x);
     __syncthreads();  // the previous task is done with every tile
 
     // ---- Stage the chunk's rows (f32, zero past n) and recompute its factors (Eq. 10, 12).
@@ -632,17 +526,10 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       const int64_t row_w = ci.b * p.sw.b + (int64_t)ci.t0 * p.sw.t + h * p.sw.h;
       const auto k_step = stage_step<D>(sK, LD, static_cast<const T*>(p.k) + ci.b * p.sk.b + (int64_t)ci.t0 * p.sk.t + h * p.sk.h, p.sk.t, n);
       const auto v_step = stage_step<D>(sV, LD, static_cast<const T*>(p.v) + ci.b * p.sv.b + (int64_t)ci.t0 * p.sv.t + h * p.sv.h, p.sv.t, n);
-      if (async) {  // K and V are in flight (v26): W alone, then the wait
-        if (p.w_is_bf16)
-          stage_together<D>(stage_step<D>(W, LD, static_cast<const __nv_bfloat16*>(p.w) + row_w, p.sw.t, n));
-        else
-          stage_together<D>(stage_step<D>(W, LD, static_cast<const float*>(p.w) + row_w, p.sw.t, n));
-        cp_async_wait<0>();
-      } else if (p.w_is_bf16) {
+      if (p.w_is_bf16)
         stage_together<D>(stage_step<D>(W, LD, static_cast<const __nv_bfloat16*>(p.w) + row_w, p.sw.t, n), k_step, v_step);
-      } else {
+      else
         stage_together<D>(stage_step<D>(W, LD, static_cast<const float*>(p.w) + row_w, p.sw.t, n), k_step, v_step);
-      }
     }
     __syncthreads();
     for (int e = tid; e < C * D; e += kThreads) {
@@ -694,7 +581,7 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       // ---- K^ = K - Kcorr^T W (Eq. 14): dk += dK^ (dkacc holds dK^ and becomes dk), dKcorr = -W dK^^T,
       // dW -= Kcorr dK^ (Eq. 29).
       mm_nosync<NW, C, D, kNone | X | SB, kAKBK>(dKc, C, W, LD, dKh, ldk, -1.f, false);
-      mm<NW, D, C, kNone | X | RA | SB | GC, kAK>(dW, D, sKc, LC, dKh, ldk, -1.f, true);
+      mm<NW, D, C, kNone | X | RA | SB, kAK>(dW, D, sKc, LC, dKh, ldk, -1.f, true);
     }
 
     // ---- Per query head: the diagonal block and the query side (Eq. 12, 13, 24-28).
@@ -707,12 +594,7 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       float* dq = p.dqacc + qrow * C * D;
       int ldq = D;
       if constexpr (Tiles::kInSmem) {
-        if (async) {  // dQ^, and Q and dO where aligned, are in flight (v26)
-          if (!qdo_async) stage_together<D>(q_step, do_step);
-          cp_async_wait<0>();
-        } else {
-          stage_together<D>(q_step, do_step, stage_step<D>(sDq, LD, static_cast<const float*>(dq), (int64_t)D, n));
-        }
+        stage_together<D>(q_step, do_step, stage_step<D>(sDq, LD, static_cast<const float*>(dq), (int64_t)D, n));
         dq = sDq;
         ldq = LD;
       } else {
@@ -740,7 +622,7 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
         s2[i * LC + jj] = pr * (s2[i * LC + jj] - sDelta[i]);
       }
       __syncthreads();
-      mm_nosync<NW, D, C, kB | X | RA | GC, kANBN>(p.dvacc + fac * C * D, D, s1, LC, dO, LD, 1.f, true);  // dV += P^T dO (Eq. 5)
+      mm_nosync<NW, D, C, kB | X | RA, kANBN>(p.dvacc + fac * C * D, D, s1, LC, dO, LD, 1.f, true);  // dV += P^T dO (Eq. 5)
       mm<NW, C, D, kNone | X | RB, kAKBK>(s3, LC, dq, ldq, U, LD, -1.f, false);  // Q^ = Q - QWl U: dQWl = -dQ^ U^T (Eq. 26)
       if constexpr (kGate) {
         // dG_t = sum_j dl_tj - sum_i dl_it (Eq. 7): the main kernel added the row sums over earlier key chunks
@@ -758,23 +640,17 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       for (int e = tid; e < C * C; e += kThreads)  // ds = scale dl (Eq. 6)
         s2[(e / C) * LC + e % C] = round_if<kR>(s2[(e / C) * LC + e % C] * p.scale);
       __syncthreads();
-      mm_nosync<NW, D, C, kNone | X | RA | GC, kANBN>(dU, D, s0, LC, dq, ldq, -1.f, true);  // dU -= QWl^T dQ^
-      mm<NW, C, C, kNone | X | RA | RB | GC, kANBN>(dKc, C, s0, LC, s2, LC, -1.f, true);  // S: dKcorr -= QWl^T dS (Eq. 27)
+      mm_nosync<NW, D, C, kNone | X | RA, kANBN>(dU, D, s0, LC, dq, ldq, -1.f, true);  // dU -= QWl^T dQ^
+      mm<NW, C, C, kNone | X | RA | RB, kANBN>(dKc, C, s0, LC, s2, LC, -1.f, true);  // S: dKcorr -= QWl^T dS (Eq. 27)
       mm_nosync<NW, D, C, kB | X | RA, kAK>(dq, ldq, s2, LC, K, LD, 1.f, true);  // dq += dQ^ (in place) + dS K
       mm<NW, C, C, kNone | X | RA | RB, kAKBK>(s3, LC, s2, LC, sKc, LC, -1.f, true);  // dQWl -= dS Kcorr^T
       mask<kR>(s3, [](int i, int jj) { return jj <= i; });
-      mm_nosync<NW, D, C, kB | X | RA | GC, kANBN>(dk, D, s2, LC, Q, LD, 1.f, true);   // dk += dS^T Q
+      mm_nosync<NW, D, C, kB | X | RA, kANBN>(dk, D, s2, LC, Q, LD, 1.f, true);   // dk += dS^T Q
       mm<NW, D, C, kNone | X | RA, kAK>(dq, ldq, s3, LC, W, LD, 1.f, true);  // QWl: dq += dQWl W (Eq. 28)
-      mm<NW, D, C, kB | X | RA | GC, kANBN>(dW, D, s3, LC, Q, LD, 1.f, true);  //      dW += dQWl^T Q
+      mm<NW, D, C, kB | X | RA, kANBN>(dW, D, s3, LC, Q, LD, 1.f, true);  //      dW += dQWl^T Q
       stage_together<D>(write_step<D>(static_cast<T*>(p.dq) + ci.b * p.sdq.b + (int64_t)ci.t0 * p.sdq.t + hq * p.sdq.h, p.sdq.t,
                                       static_cast<const float*>(dq), ldq, n));
       if constexpr (Tiles::kInSmem) __syncthreads();  // the next head stages its dQ^ into sDq
-      if (async) {  // v26: the next head's tiles, or after the last head the next task's Q, dO and V
-        if (j + 1 < p.group)
-          issue(task, j + 1, false, false, qdo_async, true);
-        else if (task + (int)gridDim.x < num_tasks)
-          issue(task + gridDim.x, 0, false, true, qdo_async, false);
-      }
     }
 
     // ---- Key side: Kcorr = T Y, U = T b W, T = (I + A)^{-1} (Eq. 29, 30).
@@ -800,10 +676,8 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
     mm_nosync<NW, C, C, kNone | X | RB | SA, kAKBK>(s0, LC, dKcs, ldkc, s3, LC, 1.f, false);   // dT = dKcorr Y^T
     mm<NW, C, C, kNone | X | RA | SB, kANBN>(s2, LC, sT, LC, dKcs, ldkc, 1.f, false);  // dY = T^T dKcorr
     strict_lower_beta_backward<kR>(s2, s1, sBeta, sDbeta);  // Y = b strict_lower(M): dbeta, then dM = b dY
-    mm_nosync<NW, D, C, kB | X | RA | GC, kAK>(dW, D, s2, LC, K, LD, 1.f, true);       // dW += dM K
-    mm<NW, D, C, kNone | X | RA | GC, kANBN>(dk, D, s2, LC, W, LD, 1.f, true);  // dk += dM^T W
-    // v26: K and the copy of dKcorr in sDq are read no more: the next task's K and first dQ^ go in flight.
-    if (async && task + (int)gridDim.x < num_tasks) issue(task + gridDim.x, 0, true, false, false, true);
+    mm_nosync<NW, D, C, kB | X | RA, kAK>(dW, D, s2, LC, K, LD, 1.f, true);       // dW += dM K
+    mm<NW, D, C, kNone | X | RA, kANBN>(dk, D, s2, LC, W, LD, 1.f, true);  // dk += dM^T W
     mm_nosync<NW, C, D, kNone | X | RB | RC | SA, kAKBK>(s0, LC, dUs, ldu, bW, LD, 1.f, true);    // dT += dU (b W)^T
     mm<NW, D, C, kNone | X | RA | SB, kANBN>(dbW, D, sT, LC, dUs, ldu, 1.f, false);  // d(bW) = T^T dU
     add_row_dots<D>(sDbeta, dbW, D, W, LD);
@@ -818,9 +692,7 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       s2[i * LC + j] = round_if<kR>(s3[i * LC + j] + s3[j * LC + i]);
     }
     __syncthreads();
-    mm<NW, D, C, kNone | X | RA | GC, kAK>(dW, D, s2, LC, W, LD, 1.f, true);  // dW += (dN + dN^T) W
-    } else if (async && task + (int)gridDim.x < num_tasks) {  // (timing only: the key side left out)
-      issue(task + gridDim.x, 0, true, false, false, true);
+    mm<NW, D, C, kNone | X | RA, kAK>(dW, D, s2, LC, W, LD, 1.f, true);  // dW += (dN + dN^T) W
     }
 
     // ---- Final writes (rows of the chunk).
