@@ -448,6 +448,12 @@ __device__ __forceinline__ void copy_rows_async(E* dst, int ldd, const E* src, i
   }
 }
 
+// v26c: C f32 values (16-byte aligned) into shared memory by cp.async, by the first C / 4 threads.
+__device__ __forceinline__ void copy_vec_async(float* dst, const float* src) {
+  const int tid = tid_opaque();
+  if (tid < C / 4) cp_async16(dst + 4 * tid, src + 4 * tid, 16);
+}
+
 }  // namespace local_detail
 
 template <int D>
@@ -557,7 +563,13 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       copy_rows_async<D>(sQ, LD, static_cast<const T*>(p.q) + c.b * p.sq.b + t0 * p.sq.t + hq * p.sq.h, p.sq.t, c.len);
       copy_rows_async<D>(sDO, LD, static_cast<const T*>(p.dout) + c.b * p.sdo.b + t0 * p.sdo.t + hq * p.sdo.h, p.sdo.t, c.len);
     }
-    if (dq) copy_rows_async<D>(sDq, LD, static_cast<const float*>(p.dqacc) + ((int64_t)gc * p.HQ + hq) * C * D, (int64_t)D, c.len);
+    if (dq) {  // with dQ^ the head's lse2, delta and gate (v26c)
+      const int64_t qrow = (int64_t)gc * p.HQ + hq;
+      copy_rows_async<D>(sDq, LD, static_cast<const float*>(p.dqacc) + qrow * C * D, (int64_t)D, c.len);
+      copy_vec_async(sLse2, p.lse2 + qrow * C);
+      copy_vec_async(sDelta, p.delta + qrow * C);
+      if constexpr (kGate) copy_vec_async(sG, p.ws.gl + qrow * C);
+    }
     cp_async_commit();
   };
   if (async && (int)blockIdx.x < num_tasks) issue(blockIdx.x, 0, true, true, qdo_async, true);  // the first task's
@@ -660,7 +672,9 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       } else {
         stage_together<D>(q_step, do_step);
       }
-      if (tid < C) {
+      if constexpr (async) {  // lse2, delta and the gate came with dQ^ (v26c)
+        if (!kGate && tid < C) sG[tid] = 0.f;
+      } else if (tid < C) {
         sLse2[tid] = p.lse2[qrow * C + tid];
         sDelta[tid] = p.delta[qrow * C + tid];
         sG[tid] = kGate ? p.ws.gl[qrow * C + tid] : 0.f;
