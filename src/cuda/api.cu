@@ -319,6 +319,7 @@ void backward_heads(const Problem& p, const Inputs& in, const TensorView& o, con
   prm.turn_fence_acq_rel = acq_rel;
   static const int held = static_cast<int>(env::integer("PATHATTN_BWD_HELD", 2, 2, 4));  // params.h
   prm.held_passes = held;
+  prm.local_qdo_async = check_rows(in.q, "q", 8) && check_rows(dout, "dout", 8);  // 16-byte rows (params.h)
   prm.timing_skip = static_cast<int>(env::integer("PATHATTN_BWD_TIMING_SKIP", 0, 0, 2047));  // params.h's bits
   run_backward(prm, grid, p.dtype, D, p.has_gate, stream);
 }

@@ -145,6 +145,9 @@ struct BwdParams : FwdParams {
   // Passes a warp of those kernels may hold before it fences (bwd_main_pair.cuh defer_pass): 2 (measured), up to
   // bwd_detail::kMaxHeld (4) by env PATHATTN_BWD_HELD (api.cu; unrun).
   int held_passes;
+  // q's and dout's rows are 16-byte aligned (api.cu; the API asks 4 bytes): bwd_local at D = 64 then copies them
+  // into shared memory by cp.async (bwd_local.cuh v26), else it stages them through registers.
+  bool local_qdo_async;
   // Timing experiments only (wrong gradients; env PATHATTN_BWD_TIMING_SKIP, api.cu): bits that make the wgmma main
   // kernel leave a stage out, so that its cost is the time difference (docs/perf/notes.md). 1: the dQ^ atomics,
   // 2: the dP atomics, 4: phase 1's products, 8: the dQ^ product and its atomics; and the chunk-local kernel:

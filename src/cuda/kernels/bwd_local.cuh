@@ -422,6 +422,32 @@ __device__ __forceinline__ void row_sums(const float* X, float* rows) {
   __syncthreads();
 }
 
+// v26: rows [0, n) of a [C, D] view (row stride rs elements, 16-byte aligned rows) into a tile [C][ldd] of the same
+// element type by 16-byte cp.async (no registers held, nothing waited for here; rows >= n are zero-filled), issued
+// by every thread of the CTA, a fixed number of copies each; the caller commits, and waits (cp_async_wait<0>, then a
+// barrier) before reading. The thread index is read through a volatile asm so that the compiler recomputes these
+// addresses here rather than hoisting each thread's tile offsets out of the task loop into registers held across
+// every product (with threadIdx.x the D = 64 TF32 instance's spills went from ~100 to 284 / 432 bytes); and the
+// copies per thread are a compile-time count (a loop from the thread index to the tile's end was unrolled with
+// remainders at each of the four call sites: +42 KB of code, and the added instruction-fetch stalls cost more than
+// the copies saved, docs/perf/notes.md v26).
+__device__ __forceinline__ int tid_opaque() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t;
+}
+template <int D, typename E>
+__device__ __forceinline__ void copy_rows_async(E* dst, int ldd, const E* src, int64_t rs, int n) {
+  constexpr int kPerRow = D * (int)sizeof(E) / 16, kEl = 16 / (int)sizeof(E), kThreads = LocalTiles<D>::kThreads;
+  static_assert(C * kPerRow % kThreads == 0, "whole copies per thread");
+  const int tid = tid_opaque();
+#pragma unroll
+  for (int i = 0; i < C * kPerRow / kThreads; ++i) {
+    const int e = tid + i * kThreads, r = e / kPerRow, c = (e % kPerRow) * kEl;
+    cp_async16(dst + r * ldd + c, src + (r < n ? r * rs + c : 0), r < n ? 16 : 0);
+  }
+}
+
 }  // namespace local_detail
 
 template <int D>
@@ -510,7 +536,33 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
   float* dKc = tile(kDKc);  // [C][C]  d Kcorr
   const int tid = threadIdx.x;
 
-  for (int task = blockIdx.x; task < p.num_chunks * p.H; task += gridDim.x) {
+  // v26 (D = 64): the 16-bit K, V, Q, dO tiles and the f32 dQ^ tile of the next (task, query head) are copied into
+  // shared memory by cp.async as soon as the current one has last read each tile (Q, dO, V after the last head's
+  // products; K and dQ^ after the key side's last products that read them; a next head's Q, dO, dQ^ after the head
+  // before it), so that the staging at the next task (and head) waits for nothing but W (and lse2, delta): each tile
+  // staged through registers was one memory latency with every warp at the barrier after it, ~6 a task (ncu: global
+  // memory waits were the largest stall reason, docs/perf/notes.md v26). Q and dO only where their rows are 16-byte
+  // aligned (params.h local_qdo_async); K, V and the workspace always are (api.cu).
+  constexpr bool async = Tiles::kInSmem;
+  const int num_tasks = p.num_chunks * p.H;
+  const bool qdo_async = async && p.local_qdo_async;
+  // The copies of task tk's K and V (as asked), and of its query head j's Q, dO (qdo) and dQ^ (dq).
+  auto issue = [&](int tk, int j, bool kv_k, bool kv_v, bool qdo, bool dq) {
+    const int gc = tk / p.H, hh = tk % p.H, hq = hh * p.group + j;
+    const ChunkInfo c = p.chunks[gc];
+    const int64_t t0 = c.t0;
+    if (kv_k) copy_rows_async<D>(sK, LD, static_cast<const T*>(p.k) + c.b * p.sk.b + t0 * p.sk.t + hh * p.sk.h, p.sk.t, c.len);
+    if (kv_v) copy_rows_async<D>(sV, LD, static_cast<const T*>(p.v) + c.b * p.sv.b + t0 * p.sv.t + hh * p.sv.h, p.sv.t, c.len);
+    if (qdo) {
+      copy_rows_async<D>(sQ, LD, static_cast<const T*>(p.q) + c.b * p.sq.b + t0 * p.sq.t + hq * p.sq.h, p.sq.t, c.len);
+      copy_rows_async<D>(sDO, LD, static_cast<const T*>(p.dout) + c.b * p.sdo.b + t0 * p.sdo.t + hq * p.sdo.h, p.sdo.t, c.len);
+    }
+    if (dq) copy_rows_async<D>(sDq, LD, static_cast<const float*>(p.dqacc) + ((int64_t)gc * p.HQ + hq) * C * D, (int64_t)D, c.len);
+    cp_async_commit();
+  };
+  if (async && (int)blockIdx.x < num_tasks) issue(blockIdx.x, 0, true, true, qdo_async, true);  // the first task's
+
+  for (int task = blockIdx.x; task < num_tasks; task += gridDim.x) {
     const int gc = task / p.H, h = task % p.H;
     const ChunkInfo ci = p.chunks[gc];
     const int n = ci.len;
@@ -526,10 +578,17 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       const int64_t row_w = ci.b * p.sw.b + (int64_t)ci.t0 * p.sw.t + h * p.sw.h;
       const auto k_step = stage_step<D>(sK, LD, static_cast<const T*>(p.k) + ci.b * p.sk.b + (int64_t)ci.t0 * p.sk.t + h * p.sk.h, p.sk.t, n);
       const auto v_step = stage_step<D>(sV, LD, static_cast<const T*>(p.v) + ci.b * p.sv.b + (int64_t)ci.t0 * p.sv.t + h * p.sv.h, p.sv.t, n);
-      if (p.w_is_bf16)
+      if constexpr (async) {  // K and V are in flight (v26): W alone, then the wait
+        if (p.w_is_bf16)
+          stage_together<D>(stage_step<D>(W, LD, static_cast<const __nv_bfloat16*>(p.w) + row_w, p.sw.t, n));
+        else
+          stage_together<D>(stage_step<D>(W, LD, static_cast<const float*>(p.w) + row_w, p.sw.t, n));
+        cp_async_wait<0>();
+      } else if (p.w_is_bf16) {
         stage_together<D>(stage_step<D>(W, LD, static_cast<const __nv_bfloat16*>(p.w) + row_w, p.sw.t, n), k_step, v_step);
-      else
+      } else {
         stage_together<D>(stage_step<D>(W, LD, static_cast<const float*>(p.w) + row_w, p.sw.t, n), k_step, v_step);
+      }
     }
     __syncthreads();
     for (int e = tid; e < C * D; e += kThreads) {
@@ -593,8 +652,9 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       // dQ^ (Eq. 21) of this head: into shared memory at D = 64 (written out as dq below), else dqacc in place
       float* dq = p.dqacc + qrow * C * D;
       int ldq = D;
-      if constexpr (Tiles::kInSmem) {
-        stage_together<D>(q_step, do_step, stage_step<D>(sDq, LD, static_cast<const float*>(dq), (int64_t)D, n));
+      if constexpr (async) {  // (D = 64) dQ^, and Q and dO where aligned, are in flight (v26)
+        if (!qdo_async) stage_together<D>(q_step, do_step);
+        cp_async_wait<0>();
         dq = sDq;
         ldq = LD;
       } else {
@@ -651,6 +711,11 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
       stage_together<D>(write_step<D>(static_cast<T*>(p.dq) + ci.b * p.sdq.b + (int64_t)ci.t0 * p.sdq.t + hq * p.sdq.h, p.sdq.t,
                                       static_cast<const float*>(dq), ldq, n));
       if constexpr (Tiles::kInSmem) __syncthreads();  // the next head stages its dQ^ into sDq
+      if constexpr (async) {  // v26: the next head's tiles, or after the last head the next task's Q, dO and V
+        const bool last = j + 1 >= p.group;
+        const int nt = last ? task + (int)gridDim.x : task;
+        if (nt < num_tasks) issue(nt, last ? 0 : j + 1, false, last, qdo_async, !last);
+      }
     }
 
     // ---- Key side: Kcorr = T Y, U = T b W, T = (I + A)^{-1} (Eq. 29, 30).
@@ -678,6 +743,8 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
     strict_lower_beta_backward<kR>(s2, s1, sBeta, sDbeta);  // Y = b strict_lower(M): dbeta, then dM = b dY
     mm_nosync<NW, D, C, kB | X | RA, kAK>(dW, D, s2, LC, K, LD, 1.f, true);       // dW += dM K
     mm<NW, D, C, kNone | X | RA, kANBN>(dk, D, s2, LC, W, LD, 1.f, true);  // dk += dM^T W
+    // v26: K and the copy of dKcorr in sDq are read no more: the next task's K and first dQ^ go in flight.
+    if (async && task + (int)gridDim.x < num_tasks) issue(task + gridDim.x, 0, true, false, false, true);
     mm_nosync<NW, C, D, kNone | X | RB | RC | SA, kAKBK>(s0, LC, dUs, ldu, bW, LD, 1.f, true);    // dT += dU (b W)^T
     mm<NW, D, C, kNone | X | RA | SB, kANBN>(dbW, D, sT, LC, dUs, ldu, 1.f, false);  // d(bW) = T^T dU
     add_row_dots<D>(sDbeta, dbW, D, W, LD);
@@ -693,6 +760,8 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
     }
     __syncthreads();
     mm<NW, D, C, kNone | X | RA, kAK>(dW, D, s2, LC, W, LD, 1.f, true);  // dW += (dN + dN^T) W
+    } else if (async && task + (int)gridDim.x < num_tasks) {  // (timing only: the key side left out)
+      issue(task + gridDim.x, 0, true, false, false, true);
     }
 
     // ---- Final writes (rows of the chunk).
