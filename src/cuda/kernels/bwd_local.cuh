@@ -572,7 +572,6 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
     // idle until the chunk product below, so that their latency hides behind the factors' recomputation instead of
     // stalling every warp at stage 128's load wave (v26b's reading, docs/perf/notes.md). Its own commit group, the
     // newest: the K / V wait below leaves it in flight (cp_async_wait<1>).
-    // (The addresses are formed again where they are used: held from here, they cost ptxas 32 more spill bytes.)
     if constexpr (async) {
       static_assert(C == D, "dP and dK^ as [C, D] tiles");
       copy_rows_async<D>(s2, LC, p.dpacc + fac * D * D, (int64_t)D, C);
