@@ -568,16 +568,6 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
     const int n = ci.len;
     const int64_t fac = (int64_t)gc * p.H + h;
     __syncthreads();  // the previous task is done with every tile
-    // v27 (D = 64): this task's dP and dK^ (written by the main kernel: L2 or DRAM) into s2 and s3 by cp.async now,
-    // idle until the chunk product below, so that their latency hides behind the factors' recomputation instead of
-    // stalling every warp at stage 128's load wave (v26b's reading, docs/perf/notes.md). Its own commit group, the
-    // newest: the K / V wait below leaves it in flight (cp_async_wait<1>).
-    if constexpr (async) {
-      static_assert(C == D, "dP and dK^ as [C, D] tiles");
-      copy_rows_async<D>(s2, LC, p.dpacc + fac * D * D, (int64_t)D, C);
-      copy_rows_async<D>(s3, LC, static_cast<const float*>(p.dkacc + fac * C * D), (int64_t)D, C);
-      cp_async_commit();
-    }
 
     // ---- Stage the chunk's rows (f32, zero past n) and recompute its factors (Eq. 10, 12).
     if (tid < C) {
@@ -593,7 +583,7 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
           stage_together<D>(stage_step<D>(W, LD, static_cast<const __nv_bfloat16*>(p.w) + row_w, p.sw.t, n));
         else
           stage_together<D>(stage_step<D>(W, LD, static_cast<const float*>(p.w) + row_w, p.sw.t, n));
-        cp_async_wait<1>();  // all but v27's dP and dK^
+        cp_async_wait<0>();
       } else if (p.w_is_bf16) {
         stage_together<D>(stage_step<D>(W, LD, static_cast<const __nv_bfloat16*>(p.w) + row_w, p.sw.t, n), k_step, v_step);
       } else {
@@ -626,33 +616,25 @@ __global__ void __launch_bounds__(local_detail::LocalTiles<D>::kThreads, local_d
     }
 
     // ---- The chunk product P = I - W^T U (Eq. 11): dW = -U dP^T, dU = -W dP (Eq. 34).
-    // The B operands dP and dK^ (written by the main kernel, in L2 or DRAM by now): at D = 64 in two idle C x C
-    // tiles (s2, s3; C = D), copied at the task's start (v27), so that the four products read shared memory
-    // instead of waiting for global memory in every k batch (v15, docs/perf/notes.md: these four products took ~10
-    // of bwd_local's 44 ms, twice the per-product time of the shared-memory ones); rounded to TF32 here, in place,
-    // where their products take them as exact (kS): the same values as rounding on the way in, so the same bits. At
-    // D = 128 dP (D x D) does not fit a tile, and the operands live in global scratch anyway. (Waited for on every
-    // path: the per-head loop writes s2 and s3.)
     float* dk = p.dkacc + fac * C * D;
-    const float* dP = p.dpacc + fac * D * D;
-    const float* dKh = dk;
-    int ldp = D, ldk = D;
-    if constexpr (async) {
-      cp_async_wait<0>();
-      if constexpr (kS) {
-        __syncthreads();  // every thread's copies landed before any thread rounds
-        for (int e = tid; e < C * D; e += kThreads) {
-          const int r = e / D, d = e % D;
-          s2[r * LC + d] = round_if<kS>(s2[r * LC + d]);
-          s3[r * LC + d] = round_if<kS>(s3[r * LC + d]);
-        }
-      }
-      __syncthreads();
-      dP = s2;
-      dKh = s3;
-      ldp = ldk = LC;
-    }
     if (!(p.timing_skip & 128)) {
+      // The B operands dP and dK^ (written by the main kernel, in L2 or DRAM by now): at D = 64 copied first into
+      // two idle C x C tiles (s2, s3; C = D), one load wave each, so that the four products read shared memory
+      // instead of waiting for global memory in every k batch (v15, docs/perf/notes.md: these four products took
+      // ~10 of bwd_local's 44 ms, twice the per-product time of the shared-memory ones). The same values, so the
+      // same bits. At D = 128 dP (D x D) does not fit a tile, and the operands live in global scratch anyway.
+      const float* dP = p.dpacc + fac * D * D;
+      const float* dKh = dk;
+      int ldp = D, ldk = D;
+      if constexpr (Tiles::kInSmem) {
+        static_assert(C == D, "dP and dK^ as [C, D] tiles");
+        stage_together<D>(stage_step<D, kS>(s2, LC, dP, (int64_t)D, C),
+                          stage_step<D, kS>(s3, LC, static_cast<const float*>(dk), (int64_t)D, C));
+        __syncthreads();
+        dP = s2;
+        dKh = s3;
+        ldp = ldk = LC;
+      }
       mm_nosync<NW, D, D, kNone | X | RA | SB, kAKBK>(dW, D, U, LD, dP, ldp, -1.f, false);
       mm<NW, D, D, kNone | X | SB, kAK>(dU, D, W, LD, dP, ldp, -1.f, false);
       // ---- K^ = K - Kcorr^T W (Eq. 14): dk += dK^ (dkacc holds dK^ and becomes dk), dKcorr = -W dK^^T,
