@@ -25,7 +25,9 @@
 #                                             (this build under each of CHECK_ENVS instead, e.g. "X=0 X=1 X=1,Y=1",
 #                                             a comma joining the variables of one setting, if set),
 #                                             CHECK_ROUNDS (2) rounds; logs to $OUT. CHECK_TEST_ENV: the sanitizers and the
-#                                             case table run under it too (e.g. the switch the A/B is about)
+#                                             case table run under it too (e.g. the switch the A/B is about);
+#                                             CHECK_LEAN=1: the sanitizers on one small D = 64 case and no blocks-of-2
+#                                             pass (~100 s of command for three binaries, two rounds)
 #
 # The binaries are built with -march=native (pathattn_core's CPU path, test_cuda_backward's reference): the GPU
 # machine's CPU must have this machine's instruction set (both AVX-512 so far); a SIGILL (rc 132) says it does not.
@@ -90,11 +92,15 @@ case "$CMD" in
     # Memcheck and racecheck on small cases (both D; gpu_check.sh's SMALL_BWD64 and its D = 128 case) and the case
     # table (not Long), each case's errors against the recorded commit's: the same digits when the change keeps the
     # bits. Per chunk and with blocks of 2 (the two-level sums).
-    for v in "${CHECK_TEST_ENV:-}" "PATHATTN_BWD_BLOCK=2${CHECK_TEST_ENV:+ $CHECK_TEST_ENV}"; do
+    # CHECK_LEAN=1 (a call with little device time left): the sanitizers on one D = 64 case, per chunk only.
+    san_cases='*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T200_H2_HQ2_D64*:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16'
+    envs=("${CHECK_TEST_ENV:-}" "PATHATTN_BWD_BLOCK=2${CHECK_TEST_ENV:+ $CHECK_TEST_ENV}")
+    if [ "${CHECK_LEAN:-0}" = 1 ]; then san_cases='*B2_T200_H2_HQ2_D64*'; envs=("${CHECK_TEST_ENV:-}"); fi
+    for v in "${envs[@]}"; do
       case "$v" in *BLOCK=2*) tag=default_block2 ;; *) tag=default ;; esac
       for tool in memcheck racecheck; do
         env $v timeout 100 compute-sanitizer --tool $tool --error-exitcode 3 ./test_cuda_backward \
-          --gtest_filter='*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T200_H2_HQ2_D64*:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16' \
+          --gtest_filter="$san_cases" \
           > "$OUT/sanitizer_${tag}_$tool.log" 2>&1
         say "compute-sanitizer $tool ($tag): rc=$?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_${tag}_$tool.log" | tail -1)"
       done
