@@ -4,8 +4,9 @@
 Each case prints its gradients' relative errors against f64 and the low-precision baseline to four digits; a change
 that keeps the gradients' bits (a reordering of independent work, a buffer moved) prints the same numbers in every
 deterministic case. Only the kernel's own numbers are compared (each line up to "baseline"): the baseline is the same
-computation in low precision on the host CPU, whose last digit moves with the machine the check runs on (OpenBLAS
-picks its kernels and threads by CPU; seen between the H100 and H200 machines' hosts), so it is reported apart. The
+computation in low precision on the host CPU, whose last digit moved between the H100 and H200 machines' hosts with
+the same binary (not the thread count: tests/recurrence.h sums in a fixed order; likely glibc's exp, whose variant
+is picked by CPU features), so it is reported apart. The
 fast mode's cases ("deterministic = false") add in atomic order and may differ run to run, so they are counted apart.
 Prints one line: the cases compared, how many differ, and the first few that do.
 
