@@ -52,23 +52,20 @@ using cuda::tf32_bits;
 // Both operands stored along k: a2(i, k) = {A(i, k), A(i, k + 1)}, b2(k, n) = {B(k, n), B(k + 1, n)}
 // for even k. The mma sums over its 8 k slots in any order as long as A and B agree, so lane t takes the adjacent
 // k0 + 2t, k0 + 2t + 1 as slots t, t + 4 (not k0 + t, k0 + t + 4): one 8-byte load per pair instead of two.
-// One 8-wide k step (k0) of warp_mma_tf32_pairs below: the loops that interleave two products call it.
-template <int NT, typename FA, typename FB>
-__device__ __forceinline__ void pairs_step(float (&acc)[NT][4], FA a2, FB b2, int k0) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const float2 r0 = a2(g, k0 + 2 * t), r1 = a2(g + 8, k0 + 2 * t);
-  const uint32_t af[4] = {__float_as_uint(r0.x), __float_as_uint(r1.x), __float_as_uint(r0.y), __float_as_uint(r1.y)};
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    const float2 bb = b2(k0 + 2 * t, nt * 8 + g);
-    mma_tf32(acc[nt], af, __float_as_uint(bb.x), __float_as_uint(bb.y));
-  }
-}
-
 template <int NT, int K, typename FA, typename FB>
 __device__ __forceinline__ void warp_mma_tf32_pairs(float (&acc)[NT][4], FA a2, FB b2) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll 2
-  for (int k0 = 0; k0 < K; k0 += 8) pairs_step<NT>(acc, a2, b2, k0);
+  for (int k0 = 0; k0 < K; k0 += 8) {
+    const float2 r0 = a2(g, k0 + 2 * t), r1 = a2(g + 8, k0 + 2 * t);
+    const uint32_t af[4] = {__float_as_uint(r0.x), __float_as_uint(r1.x), __float_as_uint(r0.y),
+                            __float_as_uint(r1.y)};
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const float2 bb = b2(k0 + 2 * t, nt * 8 + g);
+      mma_tf32(acc[nt], af, __float_as_uint(bb.x), __float_as_uint(bb.y));
+    }
+  }
 }
 
 // Two products with the same B in the pair k order: acc1 += A1 B, acc2 += A2 B (one B load for both).
@@ -97,47 +94,21 @@ __device__ __forceinline__ void warp_mma_tf32_pairs2(float (&acc1)[NT][4], float
 // the column order inside a product is also free, so n tiles 2p and 2p + 1 take the even and the odd columns of
 // columns 16p..16p + 15 and b2(k, n) = {B(k, n), B(k, n + 1)} (n even) is one 8-byte load for both. Lane (g, t)
 // then holds columns 16p + 4t .. 16p + 4t + 3 of rows g and g + 8: see quad().
-//
-// One 8-wide k step (k0) of it, for one product (kTwo false: acc1 += A1 B) or two that share B (acc1 += A1 B and
-// acc2 += A2 B with one B load for both: prep_tc_kernel's fused tail at D = 64 runs K^ and E so). Each product's
-// arithmetic is the same as alone (its fragments, k order and mma sequence), so fusing two keeps their bits.
-template <int NT, bool kTwo, typename FA1, typename FA2, typename FB>
-__device__ __forceinline__ void npairs_step(float (&acc1)[NT][4], float (&acc2)[NT][4], FA1 a1, FA2 a2, FB b2, int k0) {
-  static_assert(NT % 2 == 0, "n tiles go in pairs");
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const uint32_t f1[4] = {__float_as_uint(a1(g, k0 + t)), __float_as_uint(a1(g + 8, k0 + t)),
-                          __float_as_uint(a1(g, k0 + t + 4)), __float_as_uint(a1(g + 8, k0 + t + 4))};
-  uint32_t f2[4] = {0u, 0u, 0u, 0u};
-  if constexpr (kTwo) {
-    f2[0] = __float_as_uint(a2(g, k0 + t));
-    f2[1] = __float_as_uint(a2(g + 8, k0 + t));
-    f2[2] = __float_as_uint(a2(g, k0 + t + 4));
-    f2[3] = __float_as_uint(a2(g + 8, k0 + t + 4));
-  }
-#pragma unroll
-  for (int np = 0; np < NT / 2; ++np) {
-    const float2 lo = b2(k0 + t, 16 * np + 2 * g), hi = b2(k0 + t + 4, 16 * np + 2 * g);
-    mma_tf32(acc1[2 * np], f1, __float_as_uint(lo.x), __float_as_uint(hi.x));
-    mma_tf32(acc1[2 * np + 1], f1, __float_as_uint(lo.y), __float_as_uint(hi.y));
-    if constexpr (kTwo) {
-      mma_tf32(acc2[2 * np], f2, __float_as_uint(lo.x), __float_as_uint(hi.x));
-      mma_tf32(acc2[2 * np + 1], f2, __float_as_uint(lo.y), __float_as_uint(hi.y));
-    }
-  }
-}
-
 template <int NT, int K, typename FA, typename FB>
 __device__ __forceinline__ void warp_mma_tf32_npairs(float (&acc)[NT][4], FA a, FB b2) {
+  static_assert(NT % 2 == 0, "n tiles go in pairs");
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll 2
-  for (int k0 = 0; k0 < K; k0 += 8) npairs_step<NT, false>(acc, acc, a, a, b2, k0);
-}
-
-// Two products sharing B in the npairs order (npairs_step's kTwo): acc1 += A1 B, acc2 += A2 B.
-template <int NT, int K, typename FA1, typename FA2, typename FB>
-__device__ __forceinline__ void warp_mma_tf32_npairs2(float (&acc1)[NT][4], float (&acc2)[NT][4], FA1 a1, FA2 a2,
-                                                      FB b2) {
-#pragma unroll 1
-  for (int k0 = 0; k0 < K; k0 += 8) npairs_step<NT, true>(acc1, acc2, a1, a2, b2, k0);
+  for (int k0 = 0; k0 < K; k0 += 8) {
+    const uint32_t af[4] = {__float_as_uint(a(g, k0 + t)), __float_as_uint(a(g + 8, k0 + t)),
+                            __float_as_uint(a(g, k0 + t + 4)), __float_as_uint(a(g + 8, k0 + t + 4))};
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      const float2 lo = b2(k0 + t, 16 * np + 2 * g), hi = b2(k0 + t + 4, 16 * np + 2 * g);
+      mma_tf32(acc[2 * np], af, __float_as_uint(lo.x), __float_as_uint(hi.x));
+      mma_tf32(acc[2 * np + 1], af, __float_as_uint(lo.y), __float_as_uint(hi.y));
+    }
+  }
 }
 
 // Columns 16p + 4t .. 16p + 4t + 3 of row g + 8h of a warp_mma_tf32_npairs result.
@@ -319,66 +290,53 @@ __global__ void __launch_bounds__(128, D == 64 ? 4 : 3) prep_tc_kernel(FwdParams
   __syncwarp();
 
   // K rows of this lane in the accumulator layout of the K^ product (K's tile now holds T): from global memory
-  // (L2), issued a product before K^ so that it hides the latency. Raw bf16/f16.
+  // (L2), issued here so that M hides the latency. Raw bf16/f16.
   uint2 kraw[D / 16][2];  // K(rw + g + 8 half, 16 p + 4 t .. + 3), the layout of quad()
-  auto load_kraw = [&] {
 #pragma unroll
-    for (int np = 0; np < D / 16; ++np)
+  for (int np = 0; np < D / 16; ++np)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int j = rw + g + 8 * half, d = 16 * np + 4 * t4;
-        kraw[np][half] = make_uint2(0u, 0u);
-        if (j < ci.len) {
-          const int64_t o = k0 + j * p.sk.t + d;
-          kraw[np][half] = vec ? __ldg(reinterpret_cast<const uint2*>(k16 + o))
-                               : make_uint2((uint32_t)k16[o] | ((uint32_t)k16[o + 1] << 16),
-                                            (uint32_t)k16[o + 2] | ((uint32_t)k16[o + 3] << 16));
-        }
+    for (int half = 0; half < 2; ++half) {
+      const int j = rw + g + 8 * half, d = 16 * np + 4 * t4;
+      kraw[np][half] = make_uint2(0u, 0u);
+      if (j < ci.len) {
+        const int64_t o = k0 + j * p.sk.t + d;
+        kraw[np][half] = vec ? __ldg(reinterpret_cast<const uint2*>(k16 + o))
+                             : make_uint2((uint32_t)k16[o] | ((uint32_t)k16[o + 1] << 16),
+                                          (uint32_t)k16[o + 2] | ((uint32_t)k16[o + 3] << 16));
       }
-  };
+    }
 
-  // The last four products: M = (T b) X (Eq. 12), K^ = K - M^T W (Eq. 14), U = (T b) W (Eq. 10), E = -U^T W (Eq. 32).
-  // Each warp forms its 16 rows of M, K^, U and E; M^T and U go through shared memory (TF32) because K^ and E read
-  // them across warps. The stores of each result, shared by both orders below:
-  auto m_operands = [&](int i, int kk) { return *reinterpret_cast<const float2*>(sT + (rw + i) * LS + kk); };
-  auto x_operands = [&](int kk, int n) { return *reinterpret_cast<const float2*>(sX + n * LS + kk); };
-  auto tb_rows = [&](int i, int kk) { return sT[(rw + i) * LS + kk]; };
-  auto w_cols = [&](int db) {  // B = W's columns db * 64.. (n pairs along a row of W)
-    return [=](int i, int n) { return *reinterpret_cast<const float2*>(sW + i * LW + db * 64 + n); };
-  };
-  auto store_m = [&](const float(&acc)[NTC][4]) {  // to the workspace (the forward's main kernel reads M; the
-    if (!p.ws.m) return;                           // backward recomputes it: api.cu gives it none)
-    T* gM = ws_tile(p.ws.m, C * C);
+  // M = (T b) X (Eq. 12), each warp from its own rows of T b; stored transposed (TF32) in X's tile once every warp
+  // is done with X, so that K^ reads M^T along rows.
+  {
+    float acc[NTC][4];
+    zero_acc(acc);
+    warp_mma_tf32_pairs<NTC, C>(
+        acc, [&](int i, int kk) { return *reinterpret_cast<const float2*>(sT + (rw + i) * LS + kk); },
+        [&](int kk, int n) { return *reinterpret_cast<const float2*>(sX + n * LS + kk); });
+    if (p.ws.m) {  // the forward's main kernel reads M; the backward recomputes it (api.cu gives it none)
+      T* gM = ws_tile(p.ws.m, C * C);
 #pragma unroll
-    for (int nt = 0; nt < NTC; ++nt)
+      for (int nt = 0; nt < NTC; ++nt)
 #pragma unroll
-      for (int half = 0; half < 2; ++half)
-        store2(gM + (rw + g + 8 * half) * C + nt * 8 + 2 * t4, acc[nt][2 * half], acc[nt][2 * half + 1]);
-  };
-  auto store_mt_smem = [&](const float(&acc)[NTC][4]) {  // M^T (TF32) into X's tile: K^ reads it along rows
+        for (int half = 0; half < 2; ++half)
+          store2(gM + (rw + g + 8 * half) * C + nt * 8 + 2 * t4, acc[nt][2 * half], acc[nt][2 * half + 1]);
+    }
+    __syncthreads();  // every warp is done with X
 #pragma unroll
     for (int nt = 0; nt < NTC; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) sX[(nt * 8 + 2 * t4 + e % 2) * LS + rw + g + 8 * (e / 2)] = tf32(acc[nt][e]);
-  };
-  auto store_u = [&](const float(&acc)[NTD][4]) {
-    T* gU = ws_tile(p.ws.u, C * D);
+  }
+  __syncthreads();  // M^T complete
+  // K^ = K - M^T W   (Eq. 14). In column blocks of 64 (fewer live registers at D = 128).
 #pragma unroll
-    for (int np = 0; np < D / 16; ++np)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) store4(gU + (rw + g + 8 * half) * D + 16 * np + 4 * t4, quad(acc, np, half));
-  };
-  auto store_u_smem = [&](const float(&acc)[NTD][4], float* dst, int ld) {  // U (TF32): E reads it across warps
-#pragma unroll
-    for (int np = 0; np < D / 16; ++np)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float4 u = quad(acc, np, half);
-        *reinterpret_cast<float4*>(dst + (rw + g + 8 * half) * ld + 16 * np + 4 * t4) =
-            make_float4(tf32(u.x), tf32(u.y), tf32(u.z), tf32(u.w));
-      }
-  };
-  auto store_khat = [&](const float(&acc)[8][4], int db) {  // K - M^T W for columns db * 64.. (K from kraw)
+  for (int db = 0; db < D / 64; ++db) {
+    float acc[8][4];
+    zero_acc(acc);
+    warp_mma_tf32_npairs<8, C>(
+        acc, [&](int j, int i) { return sX[(rw + j) * LS + i]; },
+        [&](int i, int n) { return *reinterpret_cast<const float2*>(sW + i * LW + db * 64 + n); });
     T* gK = ws_tile(p.ws.khat, C * D);
 #pragma unroll
     for (int np = 0; np < 4; ++np)
@@ -390,8 +348,38 @@ __global__ void __launch_bounds__(128, D == 64 ? 4 : 3) prep_tc_kernel(FwdParams
         const float4 mw = quad(acc, np, half);
         store4(gK + j * D + d, make_float4(ka.x - mw.x, ka.y - mw.y, kb.x - mw.z, kb.y - mw.w));
       }
-  };
-  auto store_e = [&](const float(&acc)[NTD][4], int n0) {  // rows n0.. of E = -(U^T W)
+  }
+  // U = (T b) W (Eq. 10), each warp from its own rows of T b; after K^ so that its accumulator is not live there.
+  {
+    float accU[NTD][4];
+    zero_acc(accU);
+    warp_mma_tf32_npairs<NTD, C>(accU, [&](int i, int kk) { return sT[(rw + i) * LS + kk]; },
+                                 [&](int kk, int n) { return *reinterpret_cast<const float2*>(sW + kk * LW + n); });
+    T* gU = ws_tile(p.ws.u, C * D);
+#pragma unroll
+    for (int np = 0; np < D / 16; ++np)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        store4(gU + (rw + g + 8 * half) * D + 16 * np + 4 * t4, quad(accU, np, half));
+    __syncthreads();  // every warp is done with M^T (sX) and T b (sT): U (TF32) takes their place
+#pragma unroll
+    for (int np = 0; np < D / 16; ++np)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float4 u = quad(accU, np, half);
+        *reinterpret_cast<float4*>(sU + (rw + g + 8 * half) * LW + 16 * np + 4 * t4) =
+            make_float4(tf32(u.x), tf32(u.y), tf32(u.z), tf32(u.w));
+      }
+  }
+  __syncthreads();  // U complete
+  // E = -U^T W (Eq. 32): D rows, 16 per warp and row block (two blocks per warp at D = 128).
+#pragma unroll
+  for (int nb = 0; nb < D / 64; ++nb) {
+    const int n0 = nb * 64 + rw;
+    float acc[NTD][4];
+    zero_acc(acc);
+    warp_mma_tf32_npairs<NTD, C>(acc, [&](int n, int i) { return sU[i * LW + n0 + n]; },
+                                 [&](int i, int d) { return *reinterpret_cast<const float2*>(sW + i * LW + d); });
     T* gE = ws_tile(p.ws.step, D * D);
 #pragma unroll
     for (int np = 0; np < D / 16; ++np)
@@ -400,79 +388,6 @@ __global__ void __launch_bounds__(128, D == 64 ? 4 : 3) prep_tc_kernel(FwdParams
         const float4 e = quad(acc, np, half);
         store4(gE + (n0 + g + 8 * half) * D + 16 * np + 4 * t4, make_float4(-e.x, -e.y, -e.z, -e.w));
       }
-  };
-
-  if constexpr (D == 64) {
-    // Two phases of two independent products each, instead of four one after the other (v7; the preprocess is
-    // latency-bound, docs/perf/notes.md): M and U both read T b (interleaved k steps: each warp has two
-    // accumulator chains in flight), then, after one exchange through shared memory, K^ and E both read W (one
-    // B load for both). U goes into T b's tile, which the first phase was the last to read (rows of LS = LW floats
-    // at D = 64). Every product's own arithmetic is unchanged, so are its bits.
-    static_assert(LS == LW, "U takes T b's tile at D = 64");
-    {
-      float accM[NTC][4], accU[NTD][4];
-      zero_acc(accM);
-      zero_acc(accU);
-#pragma unroll 1
-      for (int k0 = 0; k0 < C; k0 += 8) {
-        pairs_step<NTC>(accM, m_operands, x_operands, k0);
-        npairs_step<NTD, false>(accU, accU, tb_rows, tb_rows, w_cols(0), k0);
-      }
-      load_kraw();  // (not live through the first phase: its registers hold two accumulators there)
-      store_m(accM);
-      store_u(accU);
-      __syncthreads();  // every warp is done with X (sX) and T b (sT)
-      store_mt_smem(accM);
-      store_u_smem(accU, sT, LS);
-    }
-    __syncthreads();  // M^T and U complete
-    float accK[8][4], accE[NTD][4];
-    zero_acc(accK);
-    zero_acc(accE);
-    warp_mma_tf32_npairs2<8, C>(
-        accK, accE, [&](int j, int i) { return sX[(rw + j) * LS + i]; },
-        [&](int n, int i) { return sT[i * LS + rw + n]; }, w_cols(0));
-    store_khat(accK, 0);
-    store_e(accE, rw);
-  } else {
-    load_kraw();
-    // M, stored transposed (TF32) in X's tile once every warp is done with X.
-    {
-      float acc[NTC][4];
-      zero_acc(acc);
-      warp_mma_tf32_pairs<NTC, C>(acc, m_operands, x_operands);
-      store_m(acc);
-      __syncthreads();  // every warp is done with X
-      store_mt_smem(acc);
-    }
-    __syncthreads();  // M^T complete
-    // K^ in column blocks of 64 (fewer live registers at D = 128).
-#pragma unroll
-    for (int db = 0; db < D / 64; ++db) {
-      float acc[8][4];
-      zero_acc(acc);
-      warp_mma_tf32_npairs<8, C>(acc, [&](int j, int i) { return sX[(rw + j) * LS + i]; }, w_cols(db));
-      store_khat(acc, db);
-    }
-    // U after K^, so that its accumulator is not live there.
-    {
-      float accU[NTD][4];
-      zero_acc(accU);
-      warp_mma_tf32_npairs<NTD, C>(accU, tb_rows, w_cols(0));
-      store_u(accU);
-      __syncthreads();  // every warp is done with M^T (sX) and T b (sT): U (TF32) takes their place
-      store_u_smem(accU, sU, LW);
-    }
-    __syncthreads();  // U complete
-    // E: D rows, 16 per warp and row block (two blocks per warp at D = 128).
-#pragma unroll
-    for (int nb = 0; nb < D / 64; ++nb) {
-      const int n0 = nb * 64 + rw;
-      float acc[NTD][4];
-      zero_acc(acc);
-      warp_mma_tf32_npairs<NTD, C>(acc, [&](int n, int i) { return sU[i * LW + n0 + n]; }, w_cols(0));
-      store_e(acc, n0);
-    }
   }
 }
 
