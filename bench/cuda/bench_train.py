@@ -38,7 +38,8 @@ On the GPU machine (from the repository root, after `tools/gpu_check.sh torch` h
     PYTHONPATH=python:third_party_fetched/fla python3 bench/cuda/bench_train.py --md train.md --csv train.csv
 
 Options: --shapes B,T,H,D [...] (a subset of the table above, or any other shape), --gate {both,off,on},
---iters N (default 20), --budget-s S (default 300), --no-fla, --no-sdpa, --md FILE, --csv FILE.
+--iters N (default 20), --budget-s S (default 300), --no-fla, --no-sdpa, --fast (also ours with deterministic=False:
+its f+b and ratios as three more columns), --md FILE, --csv FILE.
 """
 import argparse
 import csv
@@ -61,7 +62,7 @@ SHAPES = [  # (B, T, H, D), HQ = H, DV = D
     (16, 4096, 16, 128),
     (4, 16384, 16, 128),
 ]
-IMPLS = ("ours", "sdpa", "fla")
+IMPLS = ("ours", "fast", "sdpa", "fla")  # fast: ours with deterministic=False (--fast)
 
 FLOP_FORMULAS = """\
 FLOP counts (C = 64 rows per chunk, N = T / C chunks, pairs = N (N - 1) / 2 (query chunk, earlier key chunk)
@@ -180,11 +181,13 @@ def grad_inputs(x, names):
 
 def impl_fns(name):
     """(forward(x) -> o, forward_backward(x) -> grads) of one implementation."""
-    if name == "ours":
+    if name in ("ours", "fast"):
         import pathattn
 
+        det = name == "ours"  # fast: the CUDA backward's cross-block sums in any order (docs/cuda.md)
+
         def fwd(x):
-            return pathattn.path_attention(x["q"], x["k"], x["v"], x["w"], x["beta"], x["g"])
+            return pathattn.path_attention(x["q"], x["k"], x["v"], x["w"], x["beta"], x["g"], deterministic=det)
 
         names = ("q", "k", "v", "w", "beta", "g")
     elif name == "sdpa":
@@ -272,6 +275,9 @@ def tables(rows):
           "ours f+b", "SDPA f+b", "fla f+b", "ours/SDPA", "fla/ours"]
     h2 = ["B x T", "H", "D", "gate", "ours fwd TF/s", "SDPA fwd TF/s", "ours f+b TF/s", "SDPA f+b TF/s",
           "mem ours GB", "mem SDPA GB", "mem fla GB"]
+    fast = any(r["fast"] for r in rows)  # --fast: our fast-mode f+b beside the others
+    if fast:
+        h1 += ["ours fast f+b", "fast/SDPA", "fla/fast"]
     t1, t2 = [], []
     for r in rows:
         B, T, H, D, gate = r["shape"]
@@ -283,6 +289,9 @@ def tables(rows):
                          fmt_ratio(o.get("fwd"), s.get("fwd")), fmt_ratio(f.get("fwd"), o.get("fwd")),
                          fmt_ms(o.get("fb", "-")), star(s.get("fb", "-")), fmt_ms(f.get("fb", "-")),
                          fmt_ratio(o.get("fb"), s.get("fb")), fmt_ratio(f.get("fb"), o.get("fb"))])
+        if fast:
+            q = r["fast"]
+            t1[-1] += [fmt_ms(q.get("fb", "-")), fmt_ratio(q.get("fb"), s.get("fb")), fmt_ratio(f.get("fb"), q.get("fb"))]
         t2.append(key + [fmt_tf(fl["path_fwd"], o.get("fwd")), fmt_tf(fl["sdpa_fwd"], s.get("fwd")),
                          fmt_tf(fl["path_fb"], o.get("fb")), fmt_tf(fl["sdpa_fb"], s.get("fb")),
                          fmt_gb(o.get("mem", "-")), fmt_gb(s.get("mem", "-")), fmt_gb(f.get("mem", "-"))])
@@ -343,7 +352,8 @@ def header(cases):
 def run_bench(args, cases):
     t_start = time.time()
     print(f"# torch {torch.__version__}, {torch.cuda.get_device_name()}, iters {args.iters}, budget {args.budget_s} s")
-    impls = [i for i in IMPLS if not (i == "fla" and args.no_fla) and not (i == "sdpa" and args.no_sdpa)]
+    impls = [i for i in IMPLS if not (i == "fla" and args.no_fla) and not (i == "sdpa" and args.no_sdpa)
+             and not (i == "fast" and not args.fast)]
     unavailable = {}
     for name in impls:
         try:
@@ -355,7 +365,7 @@ def run_bench(args, cases):
     sdpa_plain = {}  # (B, T, H, D) -> the plain row's SDPA result, reused in the gated row
     rows = []
     for B, T, H, D, gate in cases:
-        row = {"shape": (B, T, H, D, gate), "ours": {}, "sdpa": {}, "fla": {}}
+        row = {"shape": (B, T, H, D, gate), **{name: {} for name in IMPLS}}
         rows.append(row)
         tag = f"{B}x{T} H={H} D={D} gate={'on' if gate else 'off'}"
         if time.time() - t_start > args.budget_s:
@@ -522,6 +532,7 @@ def main():
     ap.add_argument("--budget-s", type=float, default=300.0, help="skip the remaining cells after this many seconds")
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument("--no-sdpa", action="store_true")
+    ap.add_argument("--fast", action="store_true", help="also ours with deterministic=False (the fast backward)")
     ap.add_argument("--md", help="also write the tables as markdown here")
     ap.add_argument("--csv", help="also write one row per (shape, gate, implementation) here")
     ap.add_argument("--check", action="store_true", help="gradients of ours and fla against CPU float64, small shape")
