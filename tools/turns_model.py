@@ -4,13 +4,13 @@ fortieth session): how much of the deterministic mode's time over the fast mode 
 for a task list and a block size, without a GPU.
 
 PAIRS (sequence, head) pairs of NC key chunks each; W resident CTAs take the tasks in list order (plan.cu: a pair's
-chunks from the last; GROUP pairs interleaved rank by rank, bwd_pair_group: 16384 / T clamped to 1..8). A task follows cuda/bwd_blocks.h's levels: phase 1 one carry step per level (cost A pair-steps), phase 2 from
-the farthest level: a near level is one (key chunk, query chunk) pair, a far level `block` pairs; after each pair the
+chunks from the last; GROUP pairs interleaved rank by rank, as bwd_pair_group's 16384 / T clamped to 1..8). A task
+follows cuda/bwd_blocks.h's levels: phase 1 one carry step per level (cost `carry` pair-steps), phase 2 from the
+farthest level: a near level is one (key chunk, query chunk) pair, a far level `block` pairs; after each pair the
 task adds to that query row's counter, after each level i > 0 to the step gradient of level i - 1 (cost 0.5). An add
 waits until every contributor earlier in the list has added and its pass is visible; a pass becomes visible `delay`
-pair-steps after the add (the kernels defer it to the warp's next step: about one step). Times are in pair-steps;
-what the model leaves out: the fences' own stalls, L2, GQA, several pairs interleaved (pair_group), the two-chunk
-tasks of the D = 64 kernel.
+pair-steps after the add (the kernels defer it to the warp's next step: about one step). Times are in pair-steps.
+Left out: the fences' own stalls, L2, GQA, the two-chunk tasks of the D = 64 kernel, unequal step costs.
 
   tools/turns_model.py NC BLOCK WORKERS [DELAY [PAIRS GROUP]]
       e.g. 256 8 132 1 4 1   (T 16384, blocks of 8, D = 128's one CTA per SM, one pass delay, 4 pairs one by one)
