@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one call (the device machine is costly to start): build, the gpu tests, compute-sanitizer
 # memcheck + racecheck on small cases, then the forward benchmark beside SDPA and fla. Logs go under $OUT,
-# packed on exit into one logs-<mode>-<time>.tgz beside summary.txt (pack_out below).
+# packed on exit into one logs-<mode>-<time>.tgz beside summary.txt (tools/out_pack.sh).
 #
 #   tools/gpu_check.sh [all|test|bench|quick]   (run from the repository root on the H200 machine)
 #   all:   build, gpu tests (forward and backward; the T = 16384 backward case too unless GPU_SKIP_LONG=1), sanitizers
@@ -105,21 +105,10 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 SUMMARY=$OUT/summary.txt
 : > "$SUMMARY"
 note() { echo "$*" | tee -a "$SUMMARY"; }
-# A device call brings back at most 8 of $OUT's files (and only the last 12,000 characters of its output): with more
-# than 8 there, summary.txt itself was left out (twenty-fifth session: localprof's leave-one-out times were lost).
-# So on exit every file but summary.txt, ncu reports and earlier archives goes into one archive per run,
-# logs-<mode>-<time>.tgz (untar it where the files came back); GPU_CHECK_PACK=0 leaves the files as they are.
-pack_out() {
-  [ "${GPU_CHECK_PACK:-1}" = 1 ] || return 0
-  local name files
-  name=logs-$MODE-$(date +%H%M%S).tgz
-  mapfile -t files < <(cd "$OUT" && find . -maxdepth 1 -type f ! -name summary.txt ! -name '*.tgz' ! -name '*.ncu-rep' \
-                         -printf '%f\n' | sort)
-  [ ${#files[@]} -gt 0 ] || return 0
-  tar czf "$OUT/$name" -C "$OUT" "${files[@]}" && (cd "$OUT" && rm -f "${files[@]}")
-  echo "gpu_check: ${#files[@]} files of \$OUT packed into $name (summary.txt kept beside it)"
-}
-trap pack_out EXIT
+# On exit every file of $OUT but summary.txt (and ncu reports) goes into one logs-<mode>-<time>.tgz: a call brings
+# back only 8 files (tools/out_pack.sh).
+. "$ROOT/tools/out_pack.sh"
+trap 'pack_out "$MODE"' EXIT
 
 # The torch extension and/or the model against the machine's torch, in build-gpu-torch (model and torch modes
 # share it, so either reuses the other's kernels): build_torch LOG TARGET...

@@ -27,7 +27,9 @@
 #                                             CHECK_ROUNDS (2) rounds; logs to $OUT. CHECK_TEST_ENV: the sanitizers and the
 #                                             case table run under it too (e.g. the switch the A/B is about);
 #                                             CHECK_LEAN=1: the sanitizers on one small D = 64 case and no blocks-of-2
-#                                             pass (~100 s of command for three binaries, two rounds)
+#                                             pass (~100 s of command for three binaries, two rounds). With
+#                                             test_cuda_forward packed, its case table and sanitizers run first. Logs
+#                                             go to $OUT as one archive beside summary.txt (tools/out_pack.sh)
 #
 # The binaries are built with -march=native (pathattn_core's CPU path, test_cuda_backward's reference): the GPU
 # machine's CPU must have this machine's instruction set (both AVX-512 so far); a SIGILL (rc 132) says it does not.
@@ -87,6 +89,7 @@ case "$CMD" in
     fi
     ROOT=$PWD  # (the repository: the script starts there)
     say() { echo "$*" | tee -a "$OUT/summary.txt"; }  # (printed as it goes: a call cut short still shows it)
+    . "$ROOT/tools/out_pack.sh"; trap 'pack_out check' EXIT  # a call brings back 8 files: the logs as one archive
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
     cd /tmp/pre
     # Memcheck and racecheck on small cases (both D; gpu_check.sh's SMALL_BWD64 and its D = 128 case) and the case
@@ -96,18 +99,29 @@ case "$CMD" in
     san_cases='*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T200_H2_HQ2_D64*:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16'
     envs=("${CHECK_TEST_ENV:-}" "PATHATTN_BWD_BLOCK=2${CHECK_TEST_ENV:+ $CHECK_TEST_ENV}")
     if [ "${CHECK_LEAN:-0}" = 1 ]; then san_cases='*B2_T200_H2_HQ2_D64*'; envs=("${CHECK_TEST_ENV:-}"); fi
-    for v in "${envs[@]}"; do
-      case "$v" in *BLOCK=2*) tag=default_block2 ;; *) tag=default ;; esac
+    # sanitize_and_table BINARY TAG ENV CASES: memcheck and racecheck on CASES, then the case table (not Long) into
+    # $OUT/errors_<TAG>.log.
+    sanitize_and_table() {
+      local bin=$1 tag=$2 v=$3 cases=$4 tool
       for tool in memcheck racecheck; do
-        env $v timeout 100 compute-sanitizer --tool $tool --error-exitcode 3 ./test_cuda_backward \
-          --gtest_filter="$san_cases" \
+        env $v timeout 100 compute-sanitizer --tool $tool --error-exitcode 3 "$bin" --gtest_filter="$cases" \
           > "$OUT/sanitizer_${tag}_$tool.log" 2>&1
         say "compute-sanitizer $tool ($tag): rc=$?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_${tag}_$tool.log" | tail -1)"
       done
-      env $v timeout 100 ./test_cuda_backward --gtest_filter=-Long/* > "$OUT/errors_bwd_$tag.log" 2>&1
-      say "test_cuda_backward ($tag): rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/errors_bwd_$tag.log" | tr '\n' ' ')"
+      env $v timeout 100 "$bin" --gtest_filter=-Long/* > "$OUT/errors_$tag.log" 2>&1
+      say "$(basename "$bin") ($tag): rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/errors_$tag.log" | tr '\n' ' ')"
+    }
+    # The forward's too when its test binary is packed (`pack bench_fwd test_cuda_forward test_cuda_backward`): a
+    # change to what both directions run (the preprocess) is checked by both (gpu_check.sh's small forward cases).
+    if [ -x ./test_cuda_forward ]; then
+      sanitize_and_table ./test_cuda_forward fwd "${CHECK_TEST_ENV:-}" \
+        '*B1_T65_H1_HQ4_D64_DV64_betauniform_gate_bf16:*T331_H2_HQ4_D64*varlen7_bf16:*B2_T65_H2_HQ2_D128_DV128_betauniform_f16:CudaSupport.*'
+    fi
+    for v in "${envs[@]}"; do
+      case "$v" in *BLOCK=2*) tag=bwd_default_block2 ;; *) tag=bwd_default ;; esac
+      sanitize_and_table ./test_cuda_backward "$tag" "$v" "$san_cases"
       for ref in "$ROOT"/docs/perf/errors_bwd_*.txt; do
-        say "($tag) $(python3 "$ROOT/tools/same_errors.py" "$OUT/errors_bwd_$tag.log" "$ref")"
+        say "($tag) $(python3 "$ROOT/tools/same_errors.py" "$OUT/errors_$tag.log" "$ref")"
       done
     done
     # The A/B: the packed bases (pack with PRE_BASE) and this build, alternating (compare timings only within a run);
@@ -128,5 +142,5 @@ case "$CMD" in
       done
     done
     ;;
-  *) sed -n '2,24p' "$0"; exit 2 ;;
+  *) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 2 ;;
 esac
