@@ -250,7 +250,8 @@ void backward_heads(const Problem& p, const Inputs& in, const TensorView& o, con
                     const TensorView& dout, const TensorView& dlse, const Gradients& grads,
                     const std::vector<Segment>& segs, int pair_group, const BwdGrid& resident, cudaStream_t stream) {
   const int D = static_cast<int>(p.D);
-  const Plan plan = backward_plan(segs, static_cast<int>(p.H), pair_group, main_key_block(resident), D);
+  const Plan plan =
+      backward_plan(segs, static_cast<int>(p.H), pair_group, main_key_block(resident), D, in.deterministic);
   const int NC = static_cast<int>(plan.chunks.size());
   if (NC == 0) return;
   check_32bit(p, NC, "backward");
@@ -347,7 +348,8 @@ void backward(const Problem& p, const Inputs& in, const TensorView& o, const Ten
   // across heads are GQA's over the query heads of one kv head, which stay in one slice: the same bits either way.
   const auto bytes = [&](int64_t n) {
     const Problem ps = slice_problem(p, {0, n});
-    const Plan plan = backward_plan(segs, static_cast<int>(n), pair_group, main_key_block(resident), static_cast<int>(p.D));
+    const Plan plan = backward_plan(segs, static_cast<int>(n), pair_group, main_key_block(resident),
+                                    static_cast<int>(p.D), in.deterministic);
     Workspace ws;
     declare_backward(ws, ps, plan, backward_grid_for(resident, ps, plan));
     return ws.total();

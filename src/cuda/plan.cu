@@ -72,19 +72,23 @@ int bwd_block_setting() {
   return block;
 }
 
-int bwd_block_default(int chunks) { return chunks >= 64 ? 8 : 0; }
+int bwd_block_default(int chunks, int D, bool deterministic) {
+  if (chunks < 64) return 0;
+  if (deterministic) return D == 128 && chunks < 512 ? 4 : 8;
+  return chunks < 256 ? 8 : 16;
+}
 
-int bwd_block_for(int chunks, int D, int key_block) {
+int bwd_block_for(int chunks, int D, int key_block, bool deterministic) {
   const int setting = bwd_block_setting();
   const int block = setting >= 0    ? setting
                     : setting == -1 ? fwd_block_by_count(chunks, 1, D)
-                                    : bwd_block_default(chunks);
+                                    : bwd_block_default(chunks, D, deterministic);
   return key_block == 2 && block % 2 == 1 ? block + 1 : block;
 }
 
-Plan backward_plan(const std::vector<Segment>& segs, int H, int pair_group, int key_block, int D) {
+Plan backward_plan(const std::vector<Segment>& segs, int H, int pair_group, int key_block, int D, bool deterministic) {
   Plan plan = make_plan(segs, H, true, pair_group, key_block);
-  add_carry_blocks(plan, bwd_block_for(plan.max_chunks, D, key_block));
+  add_carry_blocks(plan, bwd_block_for(plan.max_chunks, D, key_block, deterministic));
   return plan;
 }
 

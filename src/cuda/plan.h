@@ -61,17 +61,24 @@ int fwd_block_default(int chunks, int group, int D);
 // unset, bwd_block_default. Measured on an H100 (thirty-first session, docs/perf/results.md; bwd det / fast ms,
 // blocks off -> 8 -> by count): D = 64 32 x 4096 96.2 / 81.2 -> 89.0 / 75.7 -> 88.6 / 70.1, 8 x 16384 264.6 / 202.6
 // -> 224.1 / 144.8 -> 233.9 / 139.7; D = 128 32 x 4096 162.5 / 124.9 -> 137.6 / 88.9 -> 137.6 / 88.5, 8 x 16384
-// 502.5 / 355.6 -> 350.6 / 170.2 -> 361.2 / 163.7; at 32 x 1024 (16 chunks) blocks of 8 lose in the deterministic
-// mode (14.2 -> 15.1 at D = 64, 20.1 -> 21.0 at D = 128: the block kernels cost what the main kernel saves). So the
-// default: 8 from 64 chunks on (better than by count in the deterministic mode, the default), else off. key_block 2
-// (the two-chunk kernel) rounds an odd size up, so that a task's two chunks share a block.
+// 502.5 / 355.6 -> 350.6 / 170.2 -> 361.2 / 163.7; at 32 x 1024 (16 chunks) blocks lose in both modes (the block
+// kernels cost what the main kernel saves; again in the forty-first: 2.8 -> 3.5 ms at D = 64). Since the
+// deterministic turns' waits came to dominate at D = 128 (notes, "The deterministic turns at D = 128"), the best
+// size depends on the mode (forty-first session, bwd_main ms, blocks 4 / 8 / 16, two rounds): D = 128 deterministic
+// 16 x 4096 21.9 / 25.0 / 27.3, 32 x 4096 43.9 / 50.0 / -, 4 x 16384 84.0 / 94.4 / 100.3, 8 x 16384 168.4 / 189.8 /
+// 179.7, 2 x 32768 149.9 / 141.4 / 147.2; D = 128 fast 16 x 4096 17.6 / 15.9 / 17.6, 32 x 4096 - / 32.3 / 35.6,
+// 4 x 16384 68.2 / 56.1 / 52.6, 8 x 16384 - / 113.5 / 106.8, 2 x 32768 136.7 / 109.8 / 99.1; D = 64 deterministic
+// 32 x 4096 29.8 / 30.3 / 33.5 (with bwd_blocks' +0.2 for 4: a tie), 8 x 16384 109.1 / 109.2 / 116.4; D = 64 fast
+// 32 x 4096 23.6 / 22.2 / 23.3, 8 x 16384 87.4 / 78.1 / 75.4. So, from 64 chunks on: deterministic, 4 at D = 128
+// below 512 chunks, else 8; fast, 8 below 256 chunks, else 16; below 64 chunks off. key_block 2 (the two-chunk
+// kernel) rounds an odd size up, so that a task's two chunks share a block.
 constexpr int kBwdBlockUnset = -2;
-int bwd_block_default(int chunks);
+int bwd_block_default(int chunks, int D, bool deterministic);
 int bwd_block_setting();
-int bwd_block_for(int chunks, int D, int key_block);
+int bwd_block_for(int chunks, int D, int key_block, bool deterministic);
 // The backward's plan: make_plan's task list, with the block tables of the two-level backward when bwd_block_for
 // turns it on (api.cu's backward and the workspace tables' tests build it alike).
-Plan backward_plan(const std::vector<Segment>& segs, int H, int pair_group, int key_block, int D);
+Plan backward_plan(const std::vector<Segment>& segs, int H, int pair_group, int key_block, int D, bool deterministic);
 // The backward main kernel's carried key copies per task (BwdParams::slot_chunks, the slots' size): one per level of
 // the task (cuda/bwd_blocks.h), at most, over every task of the plan; without blocks max_chunks (one per later chunk,
 // and one spare). With blocks of 8 at 256 chunks: 39 instead of 256, so the slots (the largest part of the

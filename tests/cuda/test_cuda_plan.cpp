@@ -108,16 +108,28 @@ TEST(CudaPlan, ForwardBlockDefault) {
   EXPECT_EQ(fwd_block_default(256, 1, 64), 16);
 }
 
-TEST(CudaPlan, BackwardBlocksByDefaultFrom64Chunks) {
-  // PATHATTN_BWD_BLOCK unset (as in CI): blocks of 8 from 64 chunks on (plan.h bwd_block_default, measured), off
-  // below; the two-chunk kernel takes them as they are (even), and no setting needs the mma.sync kernel.
+TEST(CudaPlan, BackwardBlocksByDefaultFrom64ChunksByMode) {
+  // PATHATTN_BWD_BLOCK unset (as in CI): off below 64 chunks; from 64 on, deterministic: 4 at D = 128 below 512
+  // chunks, else 8; fast: 8 below 256 chunks, else 16 (plan.h bwd_block_default, measured). The two-chunk kernel
+  // takes them as they are (even), and no setting needs the mma.sync kernel.
   if (std::getenv("PATHATTN_BWD_BLOCK") != nullptr) GTEST_SKIP() << "PATHATTN_BWD_BLOCK is set";
   EXPECT_EQ(bwd_block_setting(), kBwdBlockUnset);
+  for (int kb : {1, 2})
+    for (bool det : {true, false}) {
+      EXPECT_EQ(bwd_block_for(16, 64, kb, det), 0);
+      EXPECT_EQ(bwd_block_for(63, 128, kb, det), 0);
+    }
   for (int kb : {1, 2}) {
-    EXPECT_EQ(bwd_block_for(16, 64, kb), 0);
-    EXPECT_EQ(bwd_block_for(63, 128, kb), 0);
-    EXPECT_EQ(bwd_block_for(64, 64, kb), 8);
-    EXPECT_EQ(bwd_block_for(256, 128, kb), 8);
+    EXPECT_EQ(bwd_block_for(64, 64, kb, true), 8);
+    EXPECT_EQ(bwd_block_for(1024, 64, kb, true), 8);
+    EXPECT_EQ(bwd_block_for(64, 128, kb, true), 4);
+    EXPECT_EQ(bwd_block_for(511, 128, kb, true), 4);
+    EXPECT_EQ(bwd_block_for(512, 128, kb, true), 8);
+    for (int D : {64, 128}) {
+      EXPECT_EQ(bwd_block_for(64, D, kb, false), 8);
+      EXPECT_EQ(bwd_block_for(255, D, kb, false), 8);
+      EXPECT_EQ(bwd_block_for(256, D, kb, false), 16);
+    }
   }
   EXPECT_FALSE(bwd_blocks_need_mma(64));
   EXPECT_FALSE(bwd_blocks_need_mma(128));

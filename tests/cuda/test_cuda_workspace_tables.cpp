@@ -39,13 +39,15 @@ Problem problem(int64_t B, int64_t T, int64_t H, int64_t HQ, int64_t D, bool gat
   return p;
 }
 
-// What api.cu's backward declares for a call over these heads (its plan and grid, as backward_heads makes them; the
-// pair kernel's blocks of two key chunks, and the two-level backward's blocks where plan.h's default turns them on).
+// What api.cu's backward declares for a call over these heads in the deterministic mode, the default (its plan and
+// grid, as backward_heads makes them; the pair kernel's blocks of two key chunks, and the two-level backward's blocks
+// where plan.h's default turns them on).
 struct Table {
   Workspace ws;
   BwdBuffers b;
   Table(const Problem& p, const BwdGrid& grid) {
-    const Plan plan = backward_plan(p.segments, static_cast<int>(p.H), bwd_pair_group(p.T), 2, static_cast<int>(p.D));
+    const Plan plan =
+        backward_plan(p.segments, static_cast<int>(p.H), bwd_pair_group(p.T), 2, static_cast<int>(p.D), true);
     b = declare_backward(ws, p, plan, backward_grid_for(grid, p, plan));
   }
 };
