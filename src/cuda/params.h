@@ -143,7 +143,7 @@ struct BwdParams : FwdParams {
   // fence.sc.gpu (__threadfence, measured); true, fence.acq_rel.gpu (env PATHATTN_BWD_FENCE=acq_rel, api.cu; unrun).
   bool turn_fence_acq_rel;
   // Passes a warp of those kernels may hold before it fences (bwd_main_pair.cuh defer_pass): 2 (measured), up to
-  // bwd_detail::kMaxHeld (4) by env PATHATTN_BWD_HELD (api.cu; unrun).
+  // bwd_detail::kMaxHeld (4) by env PATHATTN_BWD_HELD (api.cu; 3 measured level with 2, 4 unrun).
   int held_passes;
   // q's and dout's rows are 16-byte aligned (api.cu; the API asks 4 bytes): bwd_local at D = 64 then copies them
   // into shared memory by cp.async (bwd_local.cuh v26), else it stages them through registers.
