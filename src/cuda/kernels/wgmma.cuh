@@ -1,6 +1,6 @@
 // Hopper warpgroup matrix multiply (wgmma, sm_90a) through inline PTX: shared-memory matrix descriptors, the
-// m64n64k16 product with A in registers (RS form), m64n64k16 and m64n32k16 with A in shared memory (SS form), f32
-// accumulators, and the fences around them.
+// m64n64k16 product with A in registers (RS form), m64n64k16 and m64n32k16 with A in shared memory (SS form), the
+// TF32 m64n64k8 in both forms, f32 accumulators, and the fences around them.
 //
 // Layouts (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"): the 4 warps of a warpgroup own
 // rows 16w..16w+15 of the 64-row tile; per warp, the A fragment of one k16 step and the accumulator of each
@@ -141,7 +141,47 @@ PATHATTN_WGMMA_SS(bf16)
 PATHATTN_WGMMA_SS(f16)
 #undef PATHATTN_WGMMA_SS
 #undef PATHATTN_WGMMA_D16
+
+// TF32 (m64n64k8, f32 accumulation): A and B both K-major (the instruction has no transposed form below 16 bits),
+// B from a descriptor, A from a descriptor (SS) or from registers (RS: this warp's 16 rows, the fragment of mma.sync
+// m16n8k8.tf32: a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4)). For the preprocess's next form
+// (docs/perf/notes.md "Preprocess v8"); tests/cuda/test_cuda_wgmma_tf32.cu checks both against f64.
+template <int NT>
+__device__ __forceinline__ void wgmma_m64n64k8_tf32_ss(float (&d)[NT][4], uint64_t desc_a, uint64_t desc_b,
+                                                       int accumulate) {
+  constexpr int kOff = 0;
+  static_assert(NT == 8, "a 64-column accumulator");
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+      "%32, %33, p, 1, 1;\n}\n"
+      : PATHATTN_WGMMA_D32
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+template <int NT>
+__device__ __forceinline__ void wgmma_m64n64k8_tf32_rs(float (&d)[NT][4], const uint32_t (&a)[4], uint64_t desc_b,
+                                                       int accumulate) {
+  constexpr int kOff = 0;
+  static_assert(NT == 8, "a 64-column accumulator");
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+      "{%32,%33,%34,%35}, %36, p, 1, 1;\n}\n"
+      : PATHATTN_WGMMA_D32
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
 #undef PATHATTN_WGMMA_D32
+
+// Descriptor of k8 step kk of a K-major f32 operand of 64 rows and 64 columns (k) in swizzle.h's swz128<4> layout
+// (two boxes of 32 columns, 64 x 128 bytes each, 1024-byte aligned): box kk / 4, then 32 bytes per step inside the
+// swizzled rows (the hardware applies the XOR to the final address, as for the 16-bit k16 steps above).
+__device__ __forceinline__ uint64_t wgmma_desc_tf32_k8(const float* tile, int kk) {
+  return wgmma_desc_sw128(smem_addr(tile + (kk / 4) * 64 * 32)) + 2 * (kk % 4);
+}
 
 // acc[64 x 64] (+)= A[64 x 64] (registers: four k16 steps) * B[64 x 64] from one 128-byte-swizzled tile: B K-major
 // (kTransB = 0: a k16 step is 32 bytes along the swizzled rows, +2 in the descriptor's 16-byte units) or MN-major
