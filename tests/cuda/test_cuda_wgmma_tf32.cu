@@ -64,7 +64,10 @@ float tf32_exact(float x) {
   return x;
 }
 
-void check(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e); }
+::testing::AssertionResult ok(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << cudaGetErrorString(e);
+}
 
 template <bool kRegA>
 void run_and_compare() {
@@ -76,16 +79,16 @@ void run_and_compare() {
   for (float& x : a) x = tf32_exact(nd(rng));
   for (float& x : bt) x = tf32_exact(nd(rng));
   float *da = nullptr, *db = nullptr, *dc = nullptr;
-  check(cudaMalloc(&da, N * N * 4), "cudaMalloc a");
-  check(cudaMalloc(&db, N * N * 4), "cudaMalloc b");
-  check(cudaMalloc(&dc, N * N * 4), "cudaMalloc c");
-  check(cudaMemcpy(da, a.data(), N * N * 4, cudaMemcpyHostToDevice), "copy a");
-  check(cudaMemcpy(db, bt.data(), N * N * 4, cudaMemcpyHostToDevice), "copy b");
-  check(cudaMemset(dc, 0xff, N * N * 4), "memset c");  // NaN where the kernel writes nothing
+  ASSERT_TRUE(ok(cudaMalloc(&da, N * N * 4), "cudaMalloc a"));
+  ASSERT_TRUE(ok(cudaMalloc(&db, N * N * 4), "cudaMalloc b"));
+  ASSERT_TRUE(ok(cudaMalloc(&dc, N * N * 4), "cudaMalloc c"));
+  ASSERT_TRUE(ok(cudaMemcpy(da, a.data(), N * N * 4, cudaMemcpyHostToDevice), "copy a"));
+  ASSERT_TRUE(ok(cudaMemcpy(db, bt.data(), N * N * 4, cudaMemcpyHostToDevice), "copy b"));
+  ASSERT_TRUE(ok(cudaMemset(dc, 0xff, N * N * 4), "memset c"));  // NaN where the kernel writes nothing
   wgmma_tf32_product<kRegA><<<1, 128>>>(da, db, dc);
-  check(cudaGetLastError(), "launch wgmma_tf32_product");
-  check(cudaDeviceSynchronize(), "wgmma_tf32_product");
-  check(cudaMemcpy(c.data(), dc, N * N * 4, cudaMemcpyDeviceToHost), "copy c");
+  ASSERT_TRUE(ok(cudaGetLastError(), "launch wgmma_tf32_product"));
+  ASSERT_TRUE(ok(cudaDeviceSynchronize(), "wgmma_tf32_product"));
+  ASSERT_TRUE(ok(cudaMemcpy(c.data(), dc, N * N * 4, cudaMemcpyDeviceToHost), "copy c"));
   cudaFree(da);
   cudaFree(db);
   cudaFree(dc);

@@ -122,8 +122,9 @@ __device__ __forceinline__ void warp_wait_turn(const int* counter, int turn, int
 // How many passes a warp may hold is BwdParams::held_passes (2, measured; 3 or 4 by PATHATTN_BWD_HELD, opt-in: 3
 // measured level with 2 at D = 64, 4 unrun; the fences' cost follows their number, docs/perf/notes.md, but a pass
 // held longer may become what the block below waits for; passing each turn at once, branch held1, measured -10% at
-// D = 128 with blocks of 8, nothing with the default blocks of 4, +3% at D = 64: not kept). At a step's start the warp flushes once it holds held_passes - 1 (with 2: whatever it holds, as
-// measured), and before taking a pass when it holds held_passes.
+// D = 128 with blocks of 8, nothing with the default blocks of 4, +3% at D = 64: not kept). At a step's start the
+// warp flushes once it holds held_passes - 1 (with 2: whatever it holds, as measured), and before taking a pass when
+// it holds held_passes.
 // HeldPasses: this warp's kMaxHeld slots in shared memory, which only lane 0 reads and writes, and their count n,
 // which every lane keeps alike (set and changed only under warp-uniform conditions, so that the branches on it are
 // warp-uniform for ptxas: a branch it could not prove uniform before a wgmma serialised them, C7520).

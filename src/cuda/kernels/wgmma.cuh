@@ -146,11 +146,9 @@ PATHATTN_WGMMA_SS(f16)
 // B from a descriptor, A from a descriptor (SS) or from registers (RS: this warp's 16 rows, the fragment of mma.sync
 // m16n8k8.tf32: a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4)). For the preprocess's next form
 // (docs/perf/notes.md "Preprocess v8"); tests/cuda/test_cuda_wgmma_tf32.cu checks both against f64.
-template <int NT>
-__device__ __forceinline__ void wgmma_m64n64k8_tf32_ss(float (&d)[NT][4], uint64_t desc_a, uint64_t desc_b,
+__device__ __forceinline__ void wgmma_m64n64k8_tf32_ss(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b,
                                                        int accumulate) {
-  constexpr int kOff = 0;
-  static_assert(NT == 8, "a 64-column accumulator");
+  constexpr int kOff = 0;  // (PATHATTN_WGMMA_D32 names d[kOff ..])
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
@@ -160,11 +158,9 @@ __device__ __forceinline__ void wgmma_m64n64k8_tf32_ss(float (&d)[NT][4], uint64
       : PATHATTN_WGMMA_D32
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
-template <int NT>
-__device__ __forceinline__ void wgmma_m64n64k8_tf32_rs(float (&d)[NT][4], const uint32_t (&a)[4], uint64_t desc_b,
+__device__ __forceinline__ void wgmma_m64n64k8_tf32_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b,
                                                        int accumulate) {
-  constexpr int kOff = 0;
-  static_assert(NT == 8, "a 64-column accumulator");
+  constexpr int kOff = 0;  // (PATHATTN_WGMMA_D32 names d[kOff ..])
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
