@@ -29,7 +29,7 @@
 #                                             CHECK_LEAN=1: the sanitizers on one small D = 64 case and no blocks-of-2
 #                                             pass (~100 s of command for three binaries, two rounds). With
 #                                             test_cuda_forward packed, its case table and sanitizers run first (and
-#                                             before them test_cuda_wgmma_tf32 with memcheck, when packed). Logs
+#                                             before them test_cuda_wgmma_tf32 with the sanitizers, when packed). Logs
 #                                             go to $OUT as one archive beside summary.txt (tools/out_pack.sh)
 #
 # The binaries are built with -march=native (pathattn_core's CPU path, test_cuda_backward's reference): the GPU
@@ -113,12 +113,7 @@ case "$CMD" in
       say "$(basename "$bin") ($tag): rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/errors_$tag.log" | tr '\n' ' ')"
     }
     # The TF32 wgmma primitive's test when packed (`pack ... test_cuda_wgmma_tf32`): what preprocess v8 builds on.
-    if [ -x ./test_cuda_wgmma_tf32 ]; then
-      timeout 60 ./test_cuda_wgmma_tf32 > "$OUT/wgmma_tf32.log" 2>&1
-      say "test_cuda_wgmma_tf32: rc=$?, $(grep -E '^\[  (PASSED|FAILED)' "$OUT/wgmma_tf32.log" | tr '\n' ' ')"
-      timeout 60 compute-sanitizer --tool memcheck --error-exitcode 3 ./test_cuda_wgmma_tf32 > "$OUT/sanitizer_wgmma_tf32.log" 2>&1
-      say "compute-sanitizer memcheck (wgmma_tf32): rc=$?, $(grep 'ERROR SUMMARY' "$OUT/sanitizer_wgmma_tf32.log" | tail -1)"
-    fi
+    [ -x ./test_cuda_wgmma_tf32 ] && sanitize_and_table ./test_cuda_wgmma_tf32 wgmma_tf32 "" '*'
     # The forward's too when its test binary is packed (`pack bench_fwd test_cuda_forward test_cuda_backward`): a
     # change to what both directions run (the preprocess) is checked by both (gpu_check.sh's small forward cases).
     if [ -x ./test_cuda_forward ]; then
